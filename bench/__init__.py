@@ -1,0 +1,1 @@
+"""Benchmarks: pytest-benchmark micro-benchmarks and ``python -m bench.compare``."""

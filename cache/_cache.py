@@ -1,0 +1,431 @@
+"""PredictionCache: near tier -> Redis tier -> loader, with single-flight and SWR.
+
+Hot path: ``peek_near`` is synchronous and allocation-free, so a caller can
+answer a near hit before its first ``await``. Everything else is the miss
+path, where a few microseconds of bookkeeping are small next to a network
+round trip.
+
+Single-flight: the first caller to miss a key (the leader) registers a
+``_Flight``; identical concurrent misses (followers) await its future. The
+leader reads Redis itself; if Redis has nothing, the loader runs in a Task
+of its own so that cancelling any caller, the leader included, never
+cancels the load the others are waiting for. Every waiter awaits through
+``asyncio.shield`` for the same reason. Loader errors reach every waiter and
+are never stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from types import TracebackType
+from typing import Any, Protocol, Self
+
+from ._codec import Entry, encode_entry
+from ._config import CacheConfig
+from ._keys import make_key
+from ._near import NearTier
+from ._redis_tier import RedisTier
+from ._stats import CacheStats
+
+__all__ = ["CacheSource", "Loader", "PredictionCache", "PredictionCacheProtocol"]
+
+Loader = Callable[[], Awaitable[Entry]]
+
+_monotonic = time.monotonic
+_wall_clock = time.time
+
+
+class CacheSource(enum.Enum):
+    """Where the value returned by ``get_or_load`` came from."""
+
+    NEAR = "near"
+    REDIS = "redis"
+    LOADED = "loaded"
+    STALE = "stale"
+    COALESCED = "coalesced"
+
+
+class PredictionCacheProtocol(Protocol):
+    """What the gateway needs from a prediction cache."""
+
+    def key_for(
+        self,
+        route: str,
+        model: str | None,
+        variant: str | None,
+        content_type: str | None,
+        accept: str | None,
+        version_tag: str | None,
+        body: bytes | bytearray | memoryview,
+    ) -> str: ...
+
+    def peek_near(self, key: str) -> Entry | None: ...
+
+    async def get_or_load(
+        self,
+        key: str,
+        loader: Loader,
+        *,
+        ttl_s: float | None = None,
+        use_cache: bool = True,
+    ) -> tuple[Entry, CacheSource]: ...
+
+    async def get_many(self, keys: Sequence[str]) -> list[Entry | None]: ...
+
+    def put(self, key: str, entry: Entry, ttl_s: float | None = None) -> Entry: ...
+
+    @property
+    def stats(self) -> CacheStats: ...
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class _Flight:
+    """One in-progress resolution of a key, shared by every concurrent caller."""
+
+    __slots__ = ("followers", "future")
+
+    def __init__(self, future: asyncio.Future[Entry]) -> None:
+        self.future = future
+        self.followers = 0
+
+
+def _consume_exception(future: asyncio.Future[Entry]) -> None:
+    # A failed load nobody awaits any more (all callers cancelled) must not
+    # log "exception was never retrieved".
+    if not future.cancelled():
+        future.exception()
+
+
+class PredictionCache:
+    """Two-tier prediction cache. See the package docstring for the call sequence."""
+
+    def __init__(self, config: CacheConfig | None = None) -> None:
+        self._config = config = config or CacheConfig()
+        self._stats = CacheStats()
+        self._enabled = config.enabled
+        self._namespace = config.namespace
+        self._ttl_s = config.ttl_s
+        self._grace_s = config.stale_grace_s
+        self._near = NearTier(
+            config.near_max_entries if config.enabled else 0,
+            config.near_max_bytes,
+            config.effective_near_ttl_s,
+            config.stale_grace_s,
+        )
+        # Bound once: the hit path then costs no attribute chain lookups.
+        self._near_slots = self._near.slots
+        self._near_touch = self._near.slots.move_to_end
+        target = config.redis_target()
+        self._redis = RedisTier(config, target, self._stats) if target is not None else None
+        self._flights: dict[str, _Flight] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closed = False
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect and pre-warm Redis. A dead Redis does not fail this: the circuit opens."""
+        if self._redis is not None:
+            await self._redis.start()
+
+    async def close(self) -> None:
+        """Cancel background loads and refreshes, flush queued writes, close pools."""
+        self._closed = True
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._redis is not None:
+            await self._redis.close()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- introspection -------------------------------------------------------
+
+    @property
+    def config(self) -> CacheConfig:
+        return self._config
+
+    @property
+    def stats(self) -> CacheStats:
+        return self._stats
+
+    @property
+    def near_size(self) -> tuple[int, int]:
+        """(entries, estimated bytes) held by the near tier."""
+        return len(self._near), self._near.nbytes
+
+    def clear_near(self) -> None:
+        self._near.clear()
+
+    async def flush_writes(self) -> None:
+        """Wait for queued Redis writes to be sent (tests, benchmarks, shutdown)."""
+        if self._redis is not None:
+            await self._redis.flush()
+
+    # -- the API the gateway uses ------------------------------------------------
+
+    def key_for(
+        self,
+        route: str,
+        model: str | None,
+        variant: str | None,
+        content_type: str | None,
+        accept: str | None,
+        version_tag: str | None,
+        body: bytes | bytearray | memoryview,
+    ) -> str:
+        """:func:`cache.make_key` in this cache's namespace."""
+        return make_key(
+            self._namespace, route, model, variant, content_type, accept, version_tag, body
+        )
+
+    def peek_near(self, key: str) -> Entry | None:
+        """A fresh near-tier entry, or None. Synchronous; call it before any await."""
+        slot = self._near_slots.get(key)
+        if slot is None or slot.fresh_until <= _monotonic():
+            return None
+        self._near_touch(key)
+        self._stats.near_hits += 1
+        return slot.entry
+
+    async def get_or_load(
+        self,
+        key: str,
+        loader: Loader,
+        *,
+        ttl_s: float | None = None,
+        use_cache: bool = True,
+    ) -> tuple[Entry, CacheSource]:
+        """The cached entry for ``key``, or ``loader()``'s result (then stored).
+
+        ``use_cache=False`` bypasses the cache both ways. Redis problems are
+        misses; the loader's exceptions propagate and are never cached.
+        """
+        if not use_cache or not self._enabled:
+            return await self._load_uncached(loader), CacheSource.LOADED
+        now = _monotonic()
+        slot = self._near.lookup(key, now)
+        if slot is not None:
+            if slot.fresh_until > now:
+                self._stats.near_hits += 1
+                return slot.entry, CacheSource.NEAR
+            self._stats.stale_served += 1
+            self._refresh_in_background(key, loader, ttl_s)
+            return slot.entry, CacheSource.STALE
+        flight = self._flights.get(key)
+        if flight is not None:
+            return await self._follow(flight), CacheSource.COALESCED
+        return await self._lead(key, loader, ttl_s)
+
+    async def get_many(self, keys: Sequence[str]) -> list[Entry | None]:
+        """Fresh entries for ``keys`` (None where absent): near first, one MGET for the rest."""
+        if not self._enabled:
+            return [None] * len(keys)
+        results: list[Entry | None] = []
+        missing: list[int] = []
+        near_slots, now = self._near_slots, _monotonic()
+        for index, key in enumerate(keys):
+            slot = near_slots.get(key)
+            if slot is not None and slot.fresh_until > now:
+                self._near_touch(key)
+                results.append(slot.entry)
+            else:
+                results.append(None)
+                missing.append(index)
+        self._stats.near_hits += len(keys) - len(missing)
+        if missing and self._redis is not None:
+            found = await self._redis.get_many([keys[i] for i in missing])
+            self._fill_from_redis(keys, missing, found, results)
+        self._stats.misses += sum(1 for i in missing if results[i] is None)
+        return results
+
+    def put(self, key: str, entry: Entry, ttl_s: float | None = None) -> Entry:
+        """Store ``entry`` in the near tier now and in Redis in the background.
+
+        Returns the stored entry, stamped with ``stored_at``/``expires_at``.
+        """
+        if not self._enabled:
+            return entry
+        return self._store(key, entry, self._ttl_s if ttl_s is None else ttl_s)
+
+    # -- single-flight -------------------------------------------------------
+
+    async def _follow(self, flight: _Flight) -> Entry:
+        self._stats.coalesced += 1
+        flight.followers += 1
+        try:
+            return await asyncio.shield(flight.future)
+        finally:
+            flight.followers -= 1
+
+    async def _lead(
+        self, key: str, loader: Loader, ttl_s: float | None
+    ) -> tuple[Entry, CacheSource]:
+        flight = _Flight(asyncio.get_running_loop().create_future())
+        self._flights[key] = flight
+        try:
+            found = await self._read_redis(key)
+        except asyncio.CancelledError:
+            self._hand_over(key, loader, ttl_s, flight)
+            raise
+        if found is not None:
+            entry, fresh = found
+            self._settle(key, flight, entry)
+            if fresh:
+                self._stats.redis_hits += 1
+                return entry, CacheSource.REDIS
+            self._stats.stale_served += 1
+            self._refresh_in_background(key, loader, ttl_s)
+            return entry, CacheSource.STALE
+        self._stats.misses += 1
+        self._spawn(self._load_into(key, loader, ttl_s, flight))
+        return await asyncio.shield(flight.future), CacheSource.LOADED
+
+    def _hand_over(self, key: str, loader: Loader, ttl_s: float | None, flight: _Flight) -> None:
+        """The leader was cancelled while reading Redis: finish for the followers, if any."""
+        if flight.followers:
+            self._spawn(self._resolve(key, loader, ttl_s, flight))
+        else:
+            self._drop_flight(key, flight)
+            flight.future.cancel()
+
+    def _refresh_in_background(self, key: str, loader: Loader, ttl_s: float | None) -> None:
+        """Stale-while-revalidate: at most one refresh per key at a time."""
+        if key in self._flights or self._closed:
+            return
+        flight = _Flight(asyncio.get_running_loop().create_future())
+        flight.future.add_done_callback(_consume_exception)
+        self._flights[key] = flight
+        self._spawn(self._resolve(key, loader, ttl_s, flight, accept_stale=False))
+
+    async def _resolve(
+        self,
+        key: str,
+        loader: Loader,
+        ttl_s: float | None,
+        flight: _Flight,
+        *,
+        accept_stale: bool = True,
+    ) -> None:
+        """Redis, then the loader, settling ``flight``; runs as a background task."""
+        found = await self._read_redis(key)
+        if found is not None and (accept_stale or found[1]):
+            if found[1]:
+                self._stats.redis_hits += 1
+            self._settle(key, flight, found[0])
+            return
+        await self._load_into(key, loader, ttl_s, flight)
+
+    async def _load_into(
+        self, key: str, loader: Loader, ttl_s: float | None, flight: _Flight
+    ) -> None:
+        self._stats.loads += 1
+        try:
+            entry = await loader()
+        except Exception as exc:
+            self._stats.load_errors += 1
+            self._drop_flight(key, flight)
+            if not flight.future.done():
+                flight.future.add_done_callback(_consume_exception)
+                flight.future.set_exception(exc)
+            return
+        except BaseException:  # cancelled by close(), or the process is exiting
+            self._drop_flight(key, flight)
+            flight.future.cancel()
+            raise
+        stored = self._store(key, entry, self._ttl_s if ttl_s is None else ttl_s)
+        self._settle(key, flight, stored)
+
+    def _settle(self, key: str, flight: _Flight, entry: Entry) -> None:
+        self._drop_flight(key, flight)
+        if not flight.future.done():
+            flight.future.set_result(entry)
+
+    def _drop_flight(self, key: str, flight: _Flight) -> None:
+        if self._flights.get(key) is flight:
+            del self._flights[key]
+
+    # -- tiers ---------------------------------------------------------------
+
+    async def _read_redis(self, key: str) -> tuple[Entry, bool] | None:
+        """A usable Redis entry (filled into the near tier) and whether it is fresh."""
+        if self._redis is None:
+            return None
+        entry = await self._redis.get(key)
+        if entry is None:
+            return None
+        fresh_for_s = entry.expires_at - _wall_clock()
+        if fresh_for_s <= -self._grace_s:
+            return None  # Redis keeps it for the grace period only; a clock skew edge
+        self._near.put(key, entry, fresh_for_s, _monotonic())
+        return entry, fresh_for_s > 0
+
+    def _fill_from_redis(
+        self,
+        keys: Sequence[str],
+        missing: list[int],
+        found: list[Entry | None],
+        results: list[Entry | None],
+    ) -> None:
+        wall_now, now = _wall_clock(), _monotonic()
+        put_near = self._near.put
+        hits = 0
+        for index, entry in zip(missing, found, strict=True):
+            if entry is None:
+                continue
+            fresh_for_s = entry.expires_at - wall_now
+            if fresh_for_s > -self._grace_s:
+                put_near(keys[index], entry, fresh_for_s, now)
+            if fresh_for_s > 0:
+                results[index] = entry
+                hits += 1
+        self._stats.redis_hits += hits
+
+    def _store(self, key: str, entry: Entry, ttl_s: float) -> Entry:
+        wall_now = _wall_clock()
+        stored = entry._replace(stored_at=wall_now, expires_at=wall_now + ttl_s)
+        self._near.put(key, stored, ttl_s, _monotonic())
+        if self._redis is not None:
+            self._write_to_redis(key, stored, ttl_s)
+        return stored
+
+    def _write_to_redis(self, key: str, entry: Entry, ttl_s: float) -> None:
+        assert self._redis is not None
+        try:
+            blob = encode_entry(entry)
+        except ValueError:
+            self._stats.writes_dropped += 1
+            return
+        # Redis keeps the value through the stale grace so other processes
+        # can serve it stale while one of them refreshes it.
+        px_ms = max(1, int((ttl_s + self._grace_s) * 1000))
+        self._redis.submit_write(key, blob, px_ms)
+
+    async def _load_uncached(self, loader: Loader) -> Entry:
+        self._stats.loads += 1
+        try:
+            return await loader()
+        except Exception:
+            self._stats.load_errors += 1
+            raise
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

@@ -1,0 +1,37 @@
+"""A low-latency client gateway for Amazon SageMaker Runtime.
+
+``Gateway`` is the async client; ``gateway.errors`` holds the error tree.
+"""
+
+from gateway import errors
+from gateway._client import Gateway
+from gateway._config import GatewayConfig, PoolConfig
+from gateway._signing import Credentials
+from gateway._wire import MAX_PAYLOAD_BYTES, AsyncInvocation, InvokeResult
+from gateway.errors import (
+    DeadlineExceeded,
+    GatewayError,
+    ModelError,
+    ModelNotReady,
+    NoHealthyTarget,
+    ServiceError,
+    ValidationError,
+)
+
+__all__ = [
+    "MAX_PAYLOAD_BYTES",
+    "AsyncInvocation",
+    "Credentials",
+    "DeadlineExceeded",
+    "Gateway",
+    "GatewayConfig",
+    "GatewayError",
+    "InvokeResult",
+    "ModelError",
+    "ModelNotReady",
+    "NoHealthyTarget",
+    "PoolConfig",
+    "ServiceError",
+    "ValidationError",
+    "errors",
+]

@@ -1,0 +1,159 @@
+"""Credentials that never make a call wait, unless they are about to be useless.
+
+botocore resolves the provider chain (environment, profiles, SSO, container
+and instance metadata) but refreshes *synchronously* inside the call that
+notices expiry, blocking the event loop for a network round trip. Here the
+chain runs in a worker thread, ahead of expiry:
+
+- advisory window (default 15 min before expiry): a background refresh
+  starts; calls keep using the current credentials.
+- mandatory window (default 10 min before expiry): calls wait for the
+  refresh in progress, because the credentials may expire mid-flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gateway import errors
+from gateway._signing import Credentials
+
+__all__ = ["CredentialSource", "botocore_fetcher"]
+
+log = logging.getLogger("gateway.credentials")
+
+Fetcher = Callable[[], Credentials]
+
+
+def botocore_fetcher(session: Any) -> Fetcher:
+    """Fetch credentials through a botocore session's provider chain."""
+
+    def fetch() -> Credentials:
+        resolved = session.get_credentials()
+        if resolved is None:
+            raise errors.ConfigError(
+                "no AWS credentials found: set credentials in the config, the environment "
+                "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY), a profile, or an instance role"
+            )
+        frozen = resolved.get_frozen_credentials()
+        expiry_time = getattr(resolved, "_expiry_time", None)
+        expiry = expiry_time.timestamp() if expiry_time is not None else None
+        return Credentials(frozen.access_key, frozen.secret_key, frozen.token, expiry)
+
+    return fetch
+
+
+class CredentialSource:
+    """Holds the current credentials; ``current()`` is the hot-path call."""
+
+    def __init__(
+        self,
+        fetch: Fetcher,
+        *,
+        advisory_s: float = 15 * 60,
+        mandatory_s: float = 10 * 60,
+        retry_s: float = 5.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._fetch = fetch
+        self._advisory = advisory_s
+        self._mandatory = mandatory_s
+        self._retry = retry_s
+        self._clock = clock
+        self._credentials: Credentials | None = None
+        self._refresh: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._last_failed = False
+        self.refreshes = 0
+        self.refresh_failures = 0
+
+    @classmethod
+    def static(cls, credentials: Credentials) -> CredentialSource:
+        source = cls(lambda: credentials)
+        source._credentials = credentials
+        return source
+
+    async def start(self) -> None:
+        if self._credentials is None:
+            await self._run_refresh()
+            if self._credentials is None:
+                raise errors.ConfigError("could not load AWS credentials")
+        self._schedule()
+
+    def current(self) -> Credentials:
+        """The credentials to sign with now. Never blocks."""
+        credentials = self._credentials
+        if credentials is None:
+            raise errors.ConfigError("credentials are not loaded: use the gateway inside 'async with'")
+        return credentials
+
+    def must_wait(self) -> bool:
+        """True when the credentials are inside the mandatory window (or past expiry)."""
+        credentials = self._credentials
+        if credentials is None or credentials.expiry is None:
+            return credentials is None
+        return credentials.expiry - self._clock() <= self._mandatory
+
+    async def fresh(self) -> Credentials:
+        """Credentials safe to sign with; waits only inside the mandatory window."""
+        if self.must_wait():
+            self._start_refresh()
+            assert self._refresh is not None
+            await asyncio.shield(self._refresh)
+            if self.must_wait():
+                credentials = self._credentials
+                if credentials is None or (
+                    credentials.expiry is not None and credentials.expiry <= self._clock()
+                ):
+                    raise errors.SignatureError(
+                        "AWS credentials expired and could not be refreshed",
+                        code="ExpiredTokenException",
+                    )
+        return self.current()
+
+    def _schedule(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        credentials = self._credentials
+        if credentials is None:
+            delay = self._retry
+        elif credentials.expiry is None:
+            return  # static credentials never need a refresh
+        else:
+            # After a failed refresh, wait before the next try instead of spinning.
+            floor = self._retry if self._last_failed else 0.0
+            delay = max(credentials.expiry - self._advisory - self._clock(), floor)
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(delay, self._start_refresh)
+
+    def _start_refresh(self) -> None:
+        if self._refresh is None or self._refresh.done():
+            self._refresh = asyncio.get_running_loop().create_task(self._run_refresh())
+            self._refresh.add_done_callback(lambda _: self._schedule())
+
+    async def _run_refresh(self) -> None:
+        try:
+            credentials = await asyncio.to_thread(self._fetch)
+        except Exception as exc:
+            self.refresh_failures += 1
+            # The message of a provider error can name a profile, never a secret.
+            log.warning("credential refresh failed: %s", type(exc).__name__)
+            # Keep serving with what we have; _schedule retries after retry_s.
+            self._last_failed = True
+            return
+        self._last_failed = False
+        self._credentials = credentials
+        self.refreshes += 1
+
+    async def aclose(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._refresh is not None and not self._refresh.done():
+            self._refresh.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresh

@@ -1,0 +1,144 @@
+"""The second transport: httpx, for HTTP/2, proxies, or an ``AsyncClient`` the user owns.
+
+It costs several times more CPU per call than the native transport (see
+``python -m bench.compare``), so it is opt-in. httpx has its own pool, so
+the request is signed before the pool wait here; with deadlines of
+milliseconds and signatures valid for five minutes that is harmless.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import httpx
+
+from gateway import errors
+from gateway._transport import TransportOptions, TransportStats
+from gateway._wire import USER_AGENT, Origin, PreparedRequest, RawResponse
+
+__all__ = ["HttpxTransport"]
+
+
+class _HttpxStream:
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+        self.status = response.status_code
+        self.headers = {name.lower(): value for name, value in response.headers.items()}
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._response.aiter_raw():
+                yield chunk
+        except httpx.TransportError as exc:
+            raise _translate(exc, sent=True) from None
+
+    async def read(self) -> bytes:
+        return b"".join([chunk async for chunk in self.chunks()])
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+
+class HttpxTransport:
+    def __init__(
+        self, options: TransportOptions | None = None, client: httpx.AsyncClient | None = None
+    ) -> None:
+        self.options = options or TransportOptions()
+        self.stats = TransportStats()
+        self._owns_client = client is None
+        self._client = client or httpx.AsyncClient(
+            limits=httpx.Limits(
+                max_connections=self.options.max_connections,
+                max_keepalive_connections=self.options.max_connections,
+                keepalive_expiry=self.options.idle_timeout,
+            ),
+            verify=self.options.ssl_context or self.options.tls_verify,
+            timeout=None,
+        )
+
+    async def start(self, origins: list[Origin]) -> None:
+        """httpx opens connections lazily; nothing to prewarm."""
+
+    def _timeout(self, deadline: float) -> tuple[httpx.Timeout, bool]:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise errors.DeadlineExceeded("the call's deadline passed before sending")
+        options = self.options
+        deadline_bound = remaining < options.read_timeout
+        return (
+            httpx.Timeout(
+                connect=min(options.connect_timeout, remaining),
+                read=min(options.read_timeout, remaining),
+                write=min(options.read_timeout, remaining),
+                pool=min(options.pool_timeout, remaining),
+            ),
+            deadline_bound,
+        )
+
+    def _build(self, request: PreparedRequest, deadline: float) -> tuple[httpx.Request, bool]:
+        timeout, deadline_bound = self._timeout(deadline)
+        origin = request.origin
+        headers = [(name, value) for name, value in request.final_headers() if name != "host"]
+        headers.append(("user-agent", USER_AGENT))
+        url = f"{origin.scheme}://{origin.host_header}{request.path}"
+        built = self._client.build_request(
+            "POST",
+            url,
+            content=request.body,
+            headers=headers,
+            extensions={"timeout": timeout.as_dict()},
+        )
+        return built, deadline_bound
+
+    async def request(self, request: PreparedRequest, deadline: float) -> RawResponse:
+        built, deadline_bound = self._build(request, deadline)
+        self.stats.requests += 1
+        try:
+            response = await self._client.send(built)
+        except httpx.TimeoutException as exc:
+            raise _timeout_error(exc, deadline_bound) from None
+        except httpx.TransportError as exc:
+            raise _translate(exc, sent=not isinstance(exc, httpx.ConnectError)) from None
+        headers = {name.lower(): value for name, value in response.headers.items()}
+        return RawResponse(response.status_code, headers, response.content)
+
+    async def stream(self, request: PreparedRequest, deadline: float) -> _HttpxStream:
+        built, deadline_bound = self._build(request, deadline)
+        self.stats.requests += 1
+        try:
+            response = await self._client.send(built, stream=True)
+        except httpx.TimeoutException as exc:
+            raise _timeout_error(exc, deadline_bound) from None
+        except httpx.TransportError as exc:
+            raise _translate(exc, sent=not isinstance(exc, httpx.ConnectError)) from None
+        return _HttpxStream(response)
+
+    def open_connections(self) -> int:
+        pool = getattr(self._client._transport, "_pool", None)
+        connections = getattr(pool, "connections", [])
+        return len(connections)
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._client.aclose()
+
+
+def _timeout_error(exc: httpx.TimeoutException, deadline_bound: bool) -> errors.GatewayError:
+    if deadline_bound:
+        return errors.DeadlineExceeded("the call's deadline passed")
+    if isinstance(exc, httpx.PoolTimeout):
+        return errors.PoolTimeout(str(exc) or "no pooled connection became free in time")
+    if isinstance(exc, httpx.ConnectTimeout):
+        return errors.ConnectTimeout(str(exc) or "connect timed out")
+    return errors.ReadTimeout(str(exc) or "read timed out")
+
+
+def _translate(exc: httpx.TransportError, *, sent: bool) -> errors.TransportError:
+    if isinstance(exc, httpx.ConnectError):
+        return errors.ConnectError(str(exc) or "connection refused")
+    if isinstance(exc, httpx.WriteError):
+        return errors.WriteError(str(exc) or "write failed", sent=True)
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return errors.ReadError(str(exc) or "server broke the protocol", sent=sent)
+    return errors.ReadError(str(exc) or "read failed", sent=sent)

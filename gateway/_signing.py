@@ -1,0 +1,290 @@
+"""Sans-IO AWS Signature Version 4 for SageMaker Runtime.
+
+A pure function of (method, path, query, headers, payload hash, credentials,
+time). Nothing here does I/O or builds a botocore object: botocore's
+``SigV4Auth`` costs ~200 us a request, this path costs a few microseconds
+because the derived signing key is cached per (day, secret) and the HMACs
+use ``hmac.digest`` (one C call each).
+
+The canonicalisation follows botocore's ``SigV4Auth`` exactly; the tests
+compare the two on generated requests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from urllib.parse import quote
+
+__all__ = [
+    "EMPTY_SHA256",
+    "UNSIGNED_HEADERS",
+    "AmzDateClock",
+    "Credentials",
+    "ParsedAuthorization",
+    "SigV4Signer",
+    "canonical_query",
+    "canonical_uri",
+    "parse_authorization",
+    "payload_sha256",
+]
+
+ALGORITHM = "AWS4-HMAC-SHA256"
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+
+# botocore never signs these (hop-by-hop, or rewritten by proxies).
+UNSIGNED_HEADERS = frozenset(
+    {
+        "baggage",
+        "connection",
+        "expect",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "traceparent",
+        "tracestate",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "user-agent",
+        "x-amzn-trace-id",
+        "authorization",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """An AWS key pair, with the session token of temporary credentials.
+
+    ``repr`` never shows the secret or the token: credentials end up in
+    tracebacks and debug logs more often than anyone intends.
+    """
+
+    access_key: str
+    secret_key: str = field(repr=False)
+    token: str | None = field(default=None, repr=False)
+    # Wall-clock expiry (epoch seconds) of temporary credentials, None if static.
+    expiry: float | None = None
+
+
+def payload_sha256(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest() if body else EMPTY_SHA256
+
+
+def canonical_uri(path: str) -> str:
+    """The path as SigV4 wants it: percent-encoded once more, '/' and '~' kept."""
+    return quote(path, safe="/~")
+
+
+def canonical_query(query: str) -> str:
+    """Sort ``k=v`` pairs the way botocore does for a query taken from the URL."""
+    if not query:
+        return ""
+    pairs = sorted(pair.partition("=")[::2] for pair in query.split("&"))
+    return "&".join(f"{key}={value}" for key, value in pairs)
+
+
+def _trim(value: str) -> str:
+    # SigV4 "Trimall": strip, and fold runs of spaces into one.
+    return " ".join(value.split()) if "  " in value or value != value.strip() else value
+
+
+class AmzDateClock:
+    """``x-amz-date`` strings, formatted once per wall-clock second."""
+
+    __slots__ = ("_second", "_text")
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._text = ""
+
+    def now(self) -> str:
+        second = int(time.time())
+        if second != self._second:
+            self._text = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(second))
+            self._second = second
+        return self._text
+
+
+class _HmacSha256:
+    """HMAC-SHA256 under one fixed key, with the padded key states hashed once.
+
+    ``hmac.digest`` re-derives the pads on every call (~2.5 us here); copying
+    two prepared ``sha256`` states costs about a third of that.
+    """
+
+    __slots__ = ("_inner", "_outer")
+
+    def __init__(self, key: bytes) -> None:
+        block = key.ljust(64, b"\0")
+        self._inner = hashlib.sha256(bytes(b ^ 0x36 for b in block))
+        self._outer = hashlib.sha256(bytes(b ^ 0x5C for b in block))
+
+    def hexdigest(self, message: bytes) -> str:
+        inner = self._inner.copy()
+        inner.update(message)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.hexdigest()
+
+
+class SigV4Signer:
+    """Signs requests for one (region, service); safe to share across tasks."""
+
+    __slots__ = ("_key_cache", "_region", "_scope_tail", "_service")
+
+    def __init__(self, region: str, service: str = "sagemaker") -> None:
+        self._region = region
+        self._service = service
+        self._scope_tail = f"/{region}/{service}/aws4_request"
+        self._key_cache: dict[tuple[str, str], _HmacSha256] = {}
+
+    @property
+    def region(self) -> str:
+        return self._region
+
+    def signing_key(self, secret_key: str, day: str) -> bytes:
+        """The derived key for ``day`` (YYYYMMDD): four chained HMACs."""
+        key = hmac.digest(("AWS4" + secret_key).encode(), day.encode(), "sha256")
+        for part in (self._region, self._service, "aws4_request"):
+            key = hmac.digest(key, part.encode(), "sha256")
+        return key
+
+    def _mac(self, secret_key: str, day: str) -> _HmacSha256:
+        cache_key = (day, secret_key)
+        mac = self._key_cache.get(cache_key)
+        if mac is None:
+            if len(self._key_cache) > 8:
+                self._key_cache.clear()  # old days and rotated secrets
+            mac = _HmacSha256(self.signing_key(secret_key, day))
+            self._key_cache[cache_key] = mac
+        return mac
+
+    @staticmethod
+    def canonical_request(
+        method: str,
+        path: str,
+        query: str,
+        headers: Iterable[tuple[str, str]],
+        payload_hash: str,
+    ) -> tuple[str, str]:
+        """Return (canonical request, signed-headers list).
+
+        ``headers`` are (lower-case name, value) pairs and must already
+        include ``host`` and ``x-amz-date``; repeated names are joined
+        with ',' as SigV4 requires.
+        """
+        merged: dict[str, str] = {}
+        for name, value in headers:
+            if name in UNSIGNED_HEADERS:
+                continue
+            trimmed = _trim(value)
+            merged[name] = f"{merged[name]},{trimmed}" if name in merged else trimmed
+        names = sorted(merged)
+        signed = ";".join(names)
+        canonical_headers = "".join(f"{name}:{merged[name]}\n" for name in names)
+        text = (
+            f"{method}\n{canonical_uri(path)}\n{canonical_query(query)}\n"
+            f"{canonical_headers}\n{signed}\n{payload_hash}"
+        )
+        return text, signed
+
+    def signature(self, secret_key: str, amz_date: str, canonical: str) -> str:
+        day = amz_date[:8]
+        string_to_sign = (
+            f"{ALGORITHM}\n{amz_date}\n{day}{self._scope_tail}\n"
+            f"{hashlib.sha256(canonical.encode()).hexdigest()}"
+        )
+        return self._mac(secret_key, day).hexdigest(string_to_sign.encode())
+
+    def authorization(
+        self,
+        method: str,
+        path: str,
+        headers: Sequence[tuple[str, str]],
+        payload_hash: str,
+        credentials: Credentials,
+        amz_date: str,
+        query: str = "",
+    ) -> str:
+        """The ``Authorization`` header value for any request."""
+        canonical, signed = self.canonical_request(method, path, query, headers, payload_hash)
+        return self._header(credentials, amz_date, signed, canonical)
+
+    def authorization_presorted(
+        self,
+        request_prefix: str,
+        headers: Sequence[tuple[str, str]],
+        payload_hash: str,
+        credentials: Credentials,
+        amz_date: str,
+    ) -> str:
+        """The hot-path variant of :meth:`authorization`.
+
+        ``request_prefix`` is ``"METHOD\\nCANONICAL-URI\\nCANONICAL-QUERY\\n"``
+        (see :meth:`request_prefix`), computed once per target, and
+        ``headers`` are already lower-case, trimmed, unique, signable and
+        sorted by name: the client builds them in that order.
+        """
+        signed = ";".join([name for name, _ in headers])
+        canonical_headers = "".join([f"{name}:{value}\n" for name, value in headers])
+        canonical = f"{request_prefix}{canonical_headers}\n{signed}\n{payload_hash}"
+        return self._header(credentials, amz_date, signed, canonical)
+
+    @staticmethod
+    def request_prefix(method: str, path: str, query: str = "") -> str:
+        return f"{method}\n{canonical_uri(path)}\n{canonical_query(query)}\n"
+
+    def _header(self, credentials: Credentials, amz_date: str, signed: str, canonical: str) -> str:
+        signature = self.signature(credentials.secret_key, amz_date, canonical)
+        return (
+            f"{ALGORITHM} Credential={credentials.access_key}/{amz_date[:8]}{self._scope_tail}, "
+            f"SignedHeaders={signed}, Signature={signature}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedAuthorization:
+    access_key: str
+    day: str
+    region: str
+    service: str
+    signed_headers: tuple[str, ...]
+    signature: str
+
+
+def parse_authorization(value: str) -> ParsedAuthorization:
+    """Split an ``AWS4-HMAC-SHA256 Credential=..., SignedHeaders=..., Signature=...``.
+
+    Raises ValueError naming what is malformed.
+    """
+    algorithm, _, rest = value.partition(" ")
+    if algorithm != ALGORITHM:
+        raise ValueError(f"unsupported authorization algorithm {algorithm[:32]!r}")
+    fields: dict[str, str] = {}
+    for part in rest.split(","):
+        name, sep, field_value = part.strip().partition("=")
+        if not sep:
+            raise ValueError("malformed authorization header")
+        fields[name] = field_value
+    try:
+        credential = fields["Credential"].split("/")
+        signed = fields["SignedHeaders"]
+        signature = fields["Signature"]
+    except KeyError as missing:
+        raise ValueError(f"authorization header lacks {missing.args[0]}") from None
+    if len(credential) != 5 or credential[4] != "aws4_request":
+        raise ValueError("malformed credential scope")
+    return ParsedAuthorization(
+        access_key=credential[0],
+        day=credential[1],
+        region=credential[2],
+        service=credential[3],
+        signed_headers=tuple(signed.split(";")),
+        signature=signature,
+    )

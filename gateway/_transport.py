@@ -1,0 +1,683 @@
+"""The transport interface and the native transport.
+
+The native transport is an ``asyncio.Protocol`` per connection with
+``httptools`` parsing the response: HTTP/1.1 keep-alive, one request per
+connection at a time, a LIFO stack of idle connections per origin (the
+most recently used socket is the one least likely to have been closed by
+the server), pre-warmed connections, TCP_NODELAY and TCP keepalive, and one
+shared ``SSLContext``.
+
+A request that fails on a *reused* connection before any response byte
+arrived is retried once on a fresh connection: that is the stale
+keep-alive race (the server closed the socket while it sat idle). Nothing
+else is retried here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import httptools
+
+from gateway import errors
+from gateway._wire import Origin, PreparedRequest, RawResponse, encode_head
+
+__all__ = [
+    "NativeTransport",
+    "StreamingResponse",
+    "Transport",
+    "TransportOptions",
+    "TransportStats",
+]
+
+# A response larger than this is refused: SageMaker caps payloads at 6 MB
+# (25 MB for streams, which never buffer).
+MAX_RESPONSE_BYTES = 32 * 1024 * 1024
+# Bytes buffered on a streaming response before the socket stops reading.
+_STREAM_HIGH_WATER = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class TransportOptions:
+    max_connections: int = 64  # per origin
+    prewarm: int = 0  # connections opened per origin at start
+    connect_timeout: float = 1.0
+    read_timeout: float = 60.0  # SageMaker lets a container take 60 s
+    pool_timeout: float = 1.0
+    idle_timeout: float = 50.0  # below the 60 s idle close of AWS load balancers
+    keepalive_idle: int = 30
+    keepalive_interval: int = 10
+    keepalive_count: int = 3
+    tls_verify: bool = True
+    ssl_context: ssl.SSLContext | None = field(default=None, repr=False)
+
+
+@dataclass(slots=True)
+class TransportStats:
+    connections_opened: int = 0
+    connections_closed: int = 0
+    requests: int = 0
+    reused: int = 0
+    stale_retries: int = 0
+    drained_after_cancel: int = 0
+
+
+class StreamingResponse(Protocol):
+    status: int
+    headers: dict[str, str]
+
+    def chunks(self) -> AsyncIterator[bytes]: ...
+
+    async def read(self) -> bytes: ...
+
+    async def aclose(self) -> None: ...
+
+
+class Transport(Protocol):
+    """What the client needs from a transport; native and httpx both provide it."""
+
+    stats: TransportStats
+
+    async def start(self, origins: list[Origin]) -> None: ...
+
+    async def request(self, request: PreparedRequest, deadline: float) -> RawResponse: ...
+
+    async def stream(self, request: PreparedRequest, deadline: float) -> StreamingResponse: ...
+
+    async def aclose(self) -> None: ...
+
+
+def make_ssl_context(verify: bool) -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    if not verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+# -- one connection ---------------------------------------------------------
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive socket; at most one request in flight."""
+
+    def __init__(self, pool: _OriginPool) -> None:
+        self._pool = pool
+        self._loop = pool.loop
+        self._transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpResponseParser(self)
+        self._waiter: asyncio.Future[RawResponse] | None = None
+        self._stream: _NativeStream | None = None
+        self._status = 0
+        self._headers: dict[str, str] = {}
+        self._body: list[bytes] = []
+        self._body_size = 0
+        self._got_bytes = False
+        self._headers_done = False
+        self._keep_alive = True
+        self.closed = False
+        self.requests_served = 0
+        self.last_used = time.monotonic()
+        # Set when the caller gave up (hedge loser, cancellation) after the
+        # request was written: the response is read and thrown away so the
+        # socket can go back to the pool instead of being closed.
+        self._abandoned = False
+        self._drain_timer: asyncio.TimerHandle | None = None
+
+    # asyncio callbacks
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._pool.options_apply(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._got_bytes = True
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(errors.ProtocolError("unexpected protocol upgrade"))
+        except httptools.HttpParserError as exc:
+            self._fail(errors.ProtocolError(f"invalid HTTP response: {exc}"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        was_closed = self.closed
+        self.closed = True
+        if not was_closed:
+            self._pool.forget(self)
+        if self._headers_done and not self._complete_pending_close():
+            return
+        if self._waiter is not None or self._stream is not None:
+            if not self._got_bytes and self.requests_served > 0:
+                error: errors.TransportError = errors.StaleConnection(
+                    "keep-alive connection closed before the response", sent=True
+                )
+            else:
+                error = errors.ReadError(f"connection lost: {exc or 'closed by server'}")
+            self._fail(error)
+
+    def _complete_pending_close(self) -> bool:
+        """A response delimited by the close itself is complete now; True if not."""
+        if self._waiter is None and self._stream is None:
+            return True
+        with contextlib.suppress(httptools.HttpParserError):
+            self._parser.feed_data(b"")
+        if self._waiter is not None or self._stream is not None:
+            self.on_message_complete()
+        return False
+
+    # httptools callbacks
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        previous = self._headers.get(key)
+        self._headers[key] = text if previous is None else f"{previous},{text}"
+
+    def on_headers_complete(self) -> None:
+        self._status = self._parser.get_status_code()
+        self._keep_alive = self._parser.should_keep_alive()
+        self._headers_done = True
+        if self._stream is not None:
+            self._stream.headers_ready(self._status, self._headers)
+
+    def on_body(self, body: bytes) -> None:
+        self._body_size += len(body)
+        if self._stream is not None:
+            self._stream.feed(body)
+            return
+        if self._body_size > MAX_RESPONSE_BYTES:
+            self._fail(errors.ProtocolError(f"response larger than {MAX_RESPONSE_BYTES} bytes"))
+            return
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        if self._status < 200:
+            # An interim 1xx response: the real one follows on this socket.
+            self._reset_message()
+            return
+        self.requests_served += 1
+        waiter, stream = self._waiter, self._stream
+        response = RawResponse(self._status, self._headers, b"".join(self._body))
+        keep = self._keep_alive and not self.closed
+        self._reset_message()
+        self._waiter = self._stream = None
+        if stream is not None:
+            stream.finish()
+        if self._abandoned:
+            self._abandoned = False
+            if self._drain_timer is not None:
+                self._drain_timer.cancel()
+                self._drain_timer = None
+            self._pool.stats.drained_after_cancel += 1
+        elif waiter is not None and not waiter.done():
+            waiter.set_result(response)
+        # Give the socket back only after the caller has its answer.
+        self._pool.release(self, keep)
+
+    # the request side
+
+    def send(self, data: bytes) -> asyncio.Future[RawResponse]:
+        assert self._transport is not None
+        self._waiter = self._loop.create_future()
+        self._got_bytes = False
+        self._transport.write(data)
+        return self._waiter
+
+    def send_streaming(self, data: bytes) -> _NativeStream:
+        assert self._transport is not None
+        self._stream = _NativeStream(self)
+        self._got_bytes = False
+        self._transport.write(data)
+        return self._stream
+
+    def abandon(self, drain_timeout: float) -> None:
+        """The caller stopped waiting; read the response out, then reuse the socket."""
+        if self.closed or self._waiter is None:
+            return
+        self._abandoned = True
+        self._waiter = None
+        self._drain_timer = self._loop.call_later(drain_timeout, self.close)
+
+    def timed_out(self, error: errors.GatewayError) -> None:
+        self._fail(error)
+
+    def pause_reading(self) -> None:
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._transport is not None and not self.closed:
+            self._transport.resume_reading()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._pool.forget(self)
+        if self._transport is not None:
+            self._transport.close()
+
+    def _fail(self, error: errors.GatewayError) -> None:
+        waiter, stream = self._waiter, self._stream
+        self._waiter = self._stream = None
+        self._abandoned = False
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(error)
+        if stream is not None:
+            stream.fail(error)
+        self.close()
+
+    def _reset_message(self) -> None:
+        self._status = 0
+        self._headers = {}
+        self._body = []
+        self._body_size = 0
+        self._headers_done = False
+
+
+class _NativeStream:
+    """A response whose body is consumed as it arrives (response streams)."""
+
+    def __init__(self, connection: _Connection) -> None:
+        self._connection = connection
+        self._loop = connection._loop
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self._head_waiter: asyncio.Future[None] = self._loop.create_future()
+        self._chunks: deque[bytes] = deque()
+        self._buffered = 0
+        self._paused = False
+        self._done = False
+        self._error: errors.GatewayError | None = None
+        self._wakeup: asyncio.Future[None] | None = None
+
+    def headers_ready(self, status: int, headers: dict[str, str]) -> None:
+        self.status, self.headers = status, headers
+        if not self._head_waiter.done():
+            self._head_waiter.set_result(None)
+
+    def feed(self, chunk: bytes) -> None:
+        self._chunks.append(chunk)
+        self._buffered += len(chunk)
+        if self._buffered > _STREAM_HIGH_WATER and not self._paused:
+            self._paused = True
+            self._connection.pause_reading()
+        self._wake()
+
+    def finish(self) -> None:
+        self._done = True
+        self._wake()
+
+    def fail(self, error: errors.GatewayError) -> None:
+        self._error = error
+        if not self._head_waiter.done():
+            self._head_waiter.set_exception(error)
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._wakeup is not None and not self._wakeup.done():
+            self._wakeup.set_result(None)
+
+    async def wait_head(self) -> None:
+        await self._head_waiter
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        while True:
+            if self._chunks:
+                chunk = self._chunks.popleft()
+                self._buffered -= len(chunk)
+                if self._paused and self._buffered < _STREAM_HIGH_WATER // 2:
+                    self._paused = False
+                    self._connection.resume_reading()
+                yield chunk
+                continue
+            if self._error is not None:
+                raise self._error
+            if self._done:
+                return
+            self._wakeup = self._loop.create_future()
+            await self._wakeup
+            self._wakeup = None
+
+    async def read(self) -> bytes:
+        return b"".join([chunk async for chunk in self.chunks()])
+
+    async def aclose(self) -> None:
+        if not self._done:
+            # An unfinished stream leaves the socket mid-response: close it.
+            self._connection.close()
+
+
+# -- the pool of one origin --------------------------------------------------
+
+
+class _OriginPool:
+    def __init__(
+        self,
+        origin: Origin,
+        options: TransportOptions,
+        ssl_context: ssl.SSLContext | None,
+        stats: TransportStats,
+    ) -> None:
+        self.origin = origin
+        self.options = options
+        self.loop = asyncio.get_running_loop()
+        self.stats = stats
+        self._ssl = ssl_context if origin.tls else None
+        self._idle: list[_Connection] = []  # LIFO: the top is the warmest socket
+        self._open: set[_Connection] = set()
+        self._connecting = 0
+        self._waiters: deque[asyncio.Future[_Connection | None]] = deque()
+        self._addresses: list[tuple[str, int]] = []
+        self._reaper: asyncio.TimerHandle | None = None
+        self._closed = False
+
+    # connections
+
+    def options_apply(self, transport: asyncio.Transport) -> None:
+        sock = transport.get_extra_info("socket")
+        if sock is None:
+            return
+        options = self.options
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            if hasattr(socket, "TCP_KEEPIDLE"):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, options.keepalive_idle)
+                sock.setsockopt(
+                    socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, options.keepalive_interval
+                )
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, options.keepalive_count)
+
+    async def resolve(self) -> None:
+        """Resolve once up front so new connections skip DNS on the call path."""
+        origin = self.origin
+        infos = await self.loop.getaddrinfo(
+            origin.host, origin.port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+        )
+        self._addresses = [(info[4][0], origin.port) for info in infos]
+
+    async def _open_connection(self, timeout: float) -> _Connection:
+        if not self._addresses:
+            try:
+                await asyncio.wait_for(self.resolve(), timeout)
+            except (OSError, TimeoutError) as exc:
+                raise errors.ConnectError(f"cannot resolve {self.origin.host}: {exc}") from None
+        last_error: Exception | None = None
+        for host, port in self._addresses:
+            try:
+                async with asyncio.timeout(timeout):
+                    _, connection = await self.loop.create_connection(
+                        lambda: _Connection(self),
+                        host,
+                        port,
+                        ssl=self._ssl,
+                        server_hostname=self.origin.host if self._ssl else None,
+                    )
+            except TimeoutError:
+                raise errors.ConnectTimeout(
+                    f"connect to {self.origin.host_header} took over {timeout * 1000:.0f} ms"
+                ) from None
+            except (OSError, ssl.SSLError) as exc:
+                last_error = exc
+                continue
+            self.stats.connections_opened += 1
+            self._open.add(connection)
+            return connection
+        raise errors.ConnectError(f"cannot connect to {self.origin.host_header}: {last_error}")
+
+    async def prewarm(self, count: int) -> None:
+        count = min(count, self.options.max_connections)
+        opened = await asyncio.gather(
+            *(self._open_connection(self.options.connect_timeout) for _ in range(count)),
+            return_exceptions=True,
+        )
+        for connection in opened:
+            if isinstance(connection, _Connection):
+                self._push_idle(connection)
+        self._schedule_reaper()
+
+    # acquire / release
+
+    async def acquire(self, deadline: float) -> tuple[_Connection, bool]:
+        """A ready connection and whether it was reused; waits at most until ``deadline``."""
+        now = time.monotonic()
+        connection = self._pop_idle(now)
+        if connection is not None:
+            return connection, True
+        if len(self._open) + self._connecting < self.options.max_connections:
+            return await self._connect_within(deadline, now), False
+        return await self._wait_for_release(deadline, now)
+
+    def _pop_idle(self, now: float) -> _Connection | None:
+        idle = self._idle
+        expiry = self.options.idle_timeout
+        while idle:
+            connection = idle.pop()
+            if connection.closed:
+                continue
+            if now - connection.last_used > expiry:
+                connection.close()
+                continue
+            return connection
+        return None
+
+    async def _connect_within(self, deadline: float, now: float) -> _Connection:
+        timeout = min(self.options.connect_timeout, deadline - now)
+        if timeout <= 0:
+            raise errors.DeadlineExceeded("deadline passed before a connection could be opened")
+        self._connecting += 1
+        try:
+            return await self._open_connection(timeout)
+        finally:
+            self._connecting -= 1
+
+    async def _wait_for_release(self, deadline: float, now: float) -> tuple[_Connection, bool]:
+        waiter: asyncio.Future[_Connection | None] = self.loop.create_future()
+        self._waiters.append(waiter)
+        limit = min(self.options.pool_timeout, deadline - now)
+        timer = self.loop.call_later(max(limit, 0.0), _expire, waiter)
+        try:
+            connection = await waiter
+        except asyncio.CancelledError:
+            self._pass_on_if_granted(waiter)
+            raise
+        finally:
+            timer.cancel()
+        if connection is None:
+            # Woken with a free slot rather than a socket (one was closed).
+            if waiter.cancelled():  # pragma: no cover - defensive
+                raise errors.PoolTimeout("pool wait cancelled")
+            return await self._connect_within(deadline, time.monotonic()), False
+        return connection, True
+
+    def _pass_on_if_granted(self, waiter: asyncio.Future[_Connection | None]) -> None:
+        if waiter.done() and not waiter.cancelled():
+            connection = waiter.result()
+            if connection is not None:
+                self.release(connection, True)
+            else:
+                self._wake_waiter(None)
+        else:
+            waiter.cancel()
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(waiter)
+
+    def release(self, connection: _Connection, reusable: bool) -> None:
+        if not reusable or connection.closed or self._closed:
+            connection.close()
+            return
+        connection.last_used = time.monotonic()
+        if not self._wake_waiter(connection):
+            self._push_idle(connection)
+
+    def _wake_waiter(self, connection: _Connection | None) -> bool:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(connection)
+                return True
+        return False
+
+    def _push_idle(self, connection: _Connection) -> None:
+        self._idle.append(connection)
+
+    def forget(self, connection: _Connection) -> None:
+        if connection in self._open:
+            self._open.discard(connection)
+            self.stats.connections_closed += 1
+            # A slot opened up: a waiter may now connect.
+            if self._waiters:
+                self._wake_waiter(None)
+
+    # idle reaping
+
+    def _schedule_reaper(self) -> None:
+        if self._reaper is None and not self._closed:
+            self._reaper = self.loop.call_later(self.options.idle_timeout / 2, self._reap)
+
+    def _reap(self) -> None:
+        self._reaper = None
+        now = time.monotonic()
+        keep = []
+        for connection in self._idle:
+            if now - connection.last_used > self.options.idle_timeout:
+                connection.close()
+            elif not connection.closed:
+                keep.append(connection)
+        self._idle = keep
+        self._schedule_reaper()
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._open)
+
+    @property
+    def idle_connections(self) -> int:
+        return len(self._idle)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._reaper is not None:
+            self._reaper.cancel()
+        while self._waiters:
+            self._waiters.popleft().cancel()
+        for connection in list(self._open):
+            connection.close()
+        self._idle.clear()
+        # Let the transports run their close callbacks before the loop moves on.
+        await asyncio.sleep(0)
+
+
+def _expire(waiter: asyncio.Future[_Connection | None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(errors.PoolTimeout("no pooled connection became free in time"))
+
+
+# -- the transport ----------------------------------------------------------
+
+
+class NativeTransport:
+    """The default transport: see the module docstring."""
+
+    def __init__(self, options: TransportOptions | None = None) -> None:
+        self.options = options or TransportOptions()
+        self.stats = TransportStats()
+        self._ssl = self.options.ssl_context
+        self._pools: dict[Origin, _OriginPool] = {}
+
+    def _pool(self, origin: Origin) -> _OriginPool:
+        pool = self._pools.get(origin)
+        if pool is None:
+            if origin.tls and self._ssl is None:
+                self._ssl = make_ssl_context(self.options.tls_verify)
+            pool = _OriginPool(origin, self.options, self._ssl, self.stats)
+            self._pools[origin] = pool
+        return pool
+
+    async def start(self, origins: list[Origin]) -> None:
+        for origin in origins:
+            pool = self._pool(origin)
+            with contextlib.suppress(OSError):
+                await pool.resolve()
+            if self.options.prewarm:
+                await pool.prewarm(self.options.prewarm)
+
+    def open_connections(self) -> int:
+        return sum(pool.open_connections for pool in self._pools.values())
+
+    async def request(self, request: PreparedRequest, deadline: float) -> RawResponse:
+        pool = self._pool(request.origin)
+        connection, reused = await pool.acquire(deadline)
+        try:
+            return await self._exchange(connection, request, deadline, reused)
+        except errors.StaleConnection:
+            if not reused:
+                raise
+            # The one silent retry: the socket died while idle, the request never landed.
+            self.stats.stale_retries += 1
+            connection = await pool._connect_within(deadline, time.monotonic())
+            return await self._exchange(connection, request, deadline, False)
+
+    async def _exchange(
+        self, connection: _Connection, request: PreparedRequest, deadline: float, reused: bool
+    ) -> RawResponse:
+        self.stats.requests += 1
+        if reused:
+            self.stats.reused += 1
+        body = request.body
+        head = encode_head(request.path, request.final_headers(), len(body))
+        waiter = connection.send(head + body if len(body) < 65536 else head)
+        if len(body) >= 65536:
+            assert connection._transport is not None
+            connection._transport.write(body)
+        timer = self._arm_timer(connection, deadline)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            connection.abandon(self.options.read_timeout)
+            raise
+        finally:
+            timer.cancel()
+
+    def _arm_timer(self, connection: _Connection, deadline: float) -> asyncio.TimerHandle:
+        now = time.monotonic()
+        read_timeout = self.options.read_timeout
+        if deadline - now <= read_timeout:
+            error: errors.GatewayError = errors.DeadlineExceeded("the call's deadline passed")
+            delay = deadline - now
+        else:
+            error = errors.ReadTimeout(f"no response within {read_timeout * 1000:.0f} ms")
+            delay = read_timeout
+        # call_later, not call_at: uvloop's clock is not time.monotonic's.
+        return connection._loop.call_later(max(delay, 0.0), connection.timed_out, error)
+
+    async def stream(self, request: PreparedRequest, deadline: float) -> _NativeStream:
+        pool = self._pool(request.origin)
+        connection, reused = await pool.acquire(deadline)
+        self.stats.requests += 1
+        body = request.body
+        head = encode_head(request.path, request.final_headers(), len(body))
+        stream = connection.send_streaming(head + body)
+        timer = self._arm_timer(connection, deadline)
+        try:
+            await stream.wait_head()
+        except asyncio.CancelledError:
+            connection.close()
+            raise
+        finally:
+            timer.cancel()
+        return stream
+
+    async def aclose(self) -> None:
+        for pool in self._pools.values():
+            await pool.aclose()
+        self._pools.clear()

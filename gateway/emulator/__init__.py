@@ -1,0 +1,37 @@
+"""A local SageMaker Runtime: the stand-in for AWS in tests, examples and benchmarks.
+
+It speaks the real wire API (an unmodified boto3 ``sagemaker-runtime``
+client pointed at it with ``endpoint_url`` works, errors included), with
+per-endpoint models, variants, multi-model cold loads, a latency
+distribution with a tail, fault injection and SigV4 verification.
+"""
+
+from gateway.emulator._config import (
+    AuthConfig,
+    ConfigError,
+    EmulatorConfig,
+    EndpointConfig,
+    FaultConfig,
+    LatencyConfig,
+    MmeConfig,
+    ModelConfig,
+    VariantConfig,
+)
+from gateway.emulator._emulator import Emulator, EmulatorProcess, main
+from gateway.emulator._stats import EmulatorStats
+
+__all__ = [
+    "AuthConfig",
+    "ConfigError",
+    "Emulator",
+    "EmulatorConfig",
+    "EmulatorProcess",
+    "EmulatorStats",
+    "EndpointConfig",
+    "FaultConfig",
+    "LatencyConfig",
+    "MmeConfig",
+    "ModelConfig",
+    "VariantConfig",
+    "main",
+]

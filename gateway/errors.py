@@ -1,0 +1,212 @@
+"""The gateway's error tree, grouped by what the caller can do about it.
+
+Every error the public API raises derives from :class:`GatewayError` and says
+whether retrying the same request elsewhere could succeed (``retryable``).
+Errors are translated once, at the boundary where they are caught.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CacheUnavailable",
+    "ConfigError",
+    "ConnectError",
+    "ConnectTimeout",
+    "DeadlineExceeded",
+    "GatewayError",
+    "InternalDependency",
+    "InternalFailure",
+    "InvalidRequest",
+    "ModelError",
+    "ModelNotReady",
+    "NoHealthyTarget",
+    "PoolTimeout",
+    "ProtocolError",
+    "ReadError",
+    "ReadTimeout",
+    "ServiceError",
+    "ServiceUnavailable",
+    "SignatureError",
+    "StaleConnection",
+    "Throttling",
+    "TimeoutError",
+    "TransportError",
+    "ValidationError",
+    "WriteError",
+]
+
+
+class GatewayError(Exception):
+    """Root of every error raised by the gateway."""
+
+    retryable: bool = False
+
+
+class ConfigError(GatewayError, ValueError):
+    """A configuration value is missing or wrong; the message names the key."""
+
+
+class InvalidRequest(GatewayError, ValueError):
+    """The request was refused before anything was sent (bad header, too large)."""
+
+
+# -- transport --------------------------------------------------------------
+
+
+class TransportError(GatewayError):
+    """The connection failed; ``sent`` says whether the request may have reached the server."""
+
+    retryable = True
+
+    def __init__(self, message: str, *, sent: bool = True) -> None:
+        super().__init__(message)
+        self.sent = sent
+
+
+class ConnectError(TransportError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, sent=False)
+
+
+class ReadError(TransportError):
+    """The connection broke while waiting for or reading the response."""
+
+
+class WriteError(TransportError):
+    """The connection broke while sending the request."""
+
+
+class StaleConnection(ReadError):
+    """A reused keep-alive connection was dead before any response byte arrived."""
+
+
+class ProtocolError(TransportError):
+    """The server sent something that is not valid HTTP/1.1."""
+
+    retryable = False
+
+
+# -- timeouts ---------------------------------------------------------------
+
+
+class TimeoutError(GatewayError):  # noqa: A001 - deliberately shadows the builtin in this module
+    retryable = True
+
+
+class PoolTimeout(TimeoutError):
+    """No pooled connection became free in time."""
+
+
+class ConnectTimeout(TimeoutError):
+    pass
+
+
+class ReadTimeout(TimeoutError):
+    pass
+
+
+class DeadlineExceeded(TimeoutError):
+    """The call's single deadline passed; nothing it started is still running."""
+
+    retryable = False
+
+
+# -- service ----------------------------------------------------------------
+
+
+class ServiceError(GatewayError):
+    """SageMaker (or the emulator) answered with an error."""
+
+    code: str = "ServiceError"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        status: int = 0,
+        request_id: str | None = None,
+        retryable: bool | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.status = status
+        self.request_id = request_id
+        if retryable is not None:
+            self.retryable = retryable
+
+    def __str__(self) -> str:
+        rid = f", request id {self.request_id}" if self.request_id else ""
+        return f"{self.code} (HTTP {self.status}{rid}): {self.message}"
+
+
+class ValidationError(ServiceError):
+    code = "ValidationError"
+
+
+class ModelError(ServiceError):
+    """The model container answered with an error of its own (HTTP 424)."""
+
+    code = "ModelError"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        original_status_code: int | None = None,
+        original_message: str | None = None,
+        log_stream_arn: str | None = None,
+        **kwargs: object,
+    ) -> None:
+        super().__init__(message, **kwargs)  # type: ignore[arg-type]
+        self.original_status_code = original_status_code
+        self.original_message = original_message
+        self.log_stream_arn = log_stream_arn
+
+
+class ModelNotReady(ServiceError):
+    """The target model is still loading (HTTP 429); retry later or elsewhere."""
+
+    code = "ModelNotReadyException"
+    retryable = True
+
+
+class InternalFailure(ServiceError):
+    code = "InternalFailure"
+    retryable = True
+
+
+class ServiceUnavailable(ServiceError):
+    code = "ServiceUnavailable"
+    retryable = True
+
+
+class InternalDependency(ServiceError):
+    code = "InternalDependencyException"
+    retryable = True
+
+
+class Throttling(ServiceError):
+    code = "ThrottlingException"
+    retryable = True
+
+
+class SignatureError(ServiceError):
+    """The request's signature or credentials were refused (HTTP 403)."""
+
+    code = "InvalidSignatureException"
+
+
+# -- routing and cache ------------------------------------------------------
+
+
+class NoHealthyTarget(GatewayError):
+    """Every target of the route is ejected or was already tried in this call."""
+
+    retryable = False
+
+
+class CacheUnavailable(GatewayError):
+    """The prediction cache failed; normally swallowed because the cache fails open."""

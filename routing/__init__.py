@@ -1,0 +1,64 @@
+"""Routing: endpoint model, balancing, health/ejection, model affinity, latency stats.
+
+Pure logic driven by observations and an injectable clock: no sockets, no
+asyncio, no imports of ``gateway`` or ``cache``. One call of gateway's
+invoke, with a hedge and a retry, drives a route like this::
+
+    route = router.resolve(endpoint)            # configured, or a default route
+    target = route.pick(target_model)           # never None for a primary pick
+    started = route.start(target)               # then send, without awaiting first
+    ... no answer after route.hedge_delay() seconds (None: never hedge) ...
+    if route.try_acquire_hedge():
+        backup = route.pick(target_model, exclude=(target,), reuse_excluded=True)
+        backup_started = route.start_backup(backup)
+    ... the first success wins:
+    route.finish(winner, winner_started, Outcome.SUCCESS)
+    route.finish(loser, loser_started, Outcome.CANCELLED)
+    ... or on a retryable failure:
+    route.finish(target, started, Outcome.FAILURE)
+    if route.try_acquire_retry(attempts_made=1):
+        await asyncio.sleep(route.backoff(1))
+        retry = route.pick(target_model, exclude=(target,), reuse_excluded=True)
+        retry_started = route.start_backup(retry)
+
+A 400/424 answer is ``Outcome.NEUTRAL``: it completed, but says nothing
+about the target's health.
+"""
+
+from ._affinity import rendezvous_score
+from ._config import (
+    EjectionConfig,
+    HealthCheckConfig,
+    HedgeConfig,
+    RetryConfig,
+    RouteConfig,
+    RouteConfigError,
+    Target,
+    parse_routes,
+)
+from ._route import Route
+from ._router import RouteProtocol, Router, RouterProtocol
+from ._stats import HedgeBudget, LatencyWindow, RetryBudget
+from ._target import Outcome, TargetHealth, TargetState
+
+__all__ = [
+    "EjectionConfig",
+    "HealthCheckConfig",
+    "HedgeBudget",
+    "HedgeConfig",
+    "LatencyWindow",
+    "Outcome",
+    "RetryBudget",
+    "RetryConfig",
+    "Route",
+    "RouteConfig",
+    "RouteConfigError",
+    "RouteProtocol",
+    "Router",
+    "RouterProtocol",
+    "Target",
+    "TargetHealth",
+    "TargetState",
+    "parse_routes",
+    "rendezvous_score",
+]

@@ -1,0 +1,576 @@
+"""Runtime state of one route: balancing, ejection, hedge and retry budgets.
+
+Gateway calls :meth:`Route.pick`, :meth:`Route.start` and
+:meth:`Route.finish` on every attempt, so those three are written for
+CPU: attributes read once into locals, no allocation on the common path,
+and rare work (ejection expiry, percentile refresh) gated behind a single
+time comparison.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Collection, Sequence
+
+from ._affinity import _Ranker
+from ._config import RouteConfig
+from ._stats import HedgeBudget, LatencyWindow, RetryBudget
+from ._target import Outcome, TargetHealth, TargetState
+
+__all__ = ["Route"]
+
+Clock = Callable[[], float]
+
+# Peak-EWMA time constant (Finagle and Linkerd use 10 s).
+_TAU_S = 10.0
+_INV_TAU = 1.0 / _TAU_S
+# Latency samples are clamped so 0.0 can mean "never sampled".
+_MIN_SAMPLE_S = 1e-6
+# A FAILURE counts as a sample at least this many times the current EWMA,
+# so traffic drains from a failing target before ejection kicks in; capped
+# so a long failure streak cannot push the cost to infinity.
+_FAILURE_PENALTY = 2.0
+_MAX_EWMA_S = 60.0
+# Cost of each in-flight request on a never-sampled target: a new target
+# costs 0 while idle (so it is tried at once) and a lot while its first
+# request is out (so it is not flooded before we know how fast it is).
+_UNSAMPLED_PENALTY_S = 1e3
+# At most this many targets are scanned; above it, power of two choices.
+_FULL_SCAN_MAX = 4
+# Hedge delay before the window holds enough samples for the percentile:
+# below ceil(_WARMUP_SAMPLES_PER_HEDGE / max_extra_load) samples (100 at
+# 5%) the delay is the slowest latency seen, i.e. hedge only slower-than-ever
+# calls; with no sample at all, no hedging (None). Refreshed often while
+# warming up, every refresh_s after.
+_WARMUP_SAMPLES_PER_HEDGE = 5
+_WARMUP_REFRESH_S = 0.1
+
+_HEALTHY = TargetHealth.HEALTHY
+_EJECTED = TargetHealth.EJECTED
+_PROBING = TargetHealth.PROBING
+_SUCCESS = Outcome.SUCCESS
+_FAILURE = Outcome.FAILURE
+_NEUTRAL = Outcome.NEUTRAL
+_CANCELLED = Outcome.CANCELLED
+_exp = math.exp
+
+
+def _cost(state: TargetState, now: float) -> float:
+    """Peak-EWMA load: latency x (in flight + 1) / weight.
+
+    While a target is idle its EWMA also decays toward zero (tau 10 s), as
+    in Finagle and tower, so a target once avoided for a slow spike gets
+    tried again instead of starved forever. Once it has a request in
+    flight the undecayed value counts again, so a long-idle target takes
+    its share, not a flood, until answers tell us how fast it is now.
+    """
+    ewma = state._ewma
+    outstanding = state._outstanding
+    if outstanding:
+        load = ewma * (outstanding + 1) if ewma else outstanding * _UNSAMPLED_PENALTY_S
+    elif ewma:
+        load = ewma * _exp((state._stamp - now) * _INV_TAU)
+    else:
+        load = 0.0
+    return load * state._inv_weight
+
+
+def _least_cost(candidates: Sequence[TargetState], now: float) -> TargetState:
+    # _cost inlined: this loop is the hot path for routes of 2-4 targets.
+    best = candidates[0]
+    best_cost = math.inf
+    for state in candidates:
+        ewma = state._ewma
+        outstanding = state._outstanding
+        if outstanding:
+            load = ewma * (outstanding + 1) if ewma else outstanding * _UNSAMPLED_PENALTY_S
+        elif ewma:
+            load = ewma * _exp((state._stamp - now) * _INV_TAU)
+        else:
+            load = 0.0
+        cost = load * state._inv_weight
+        if cost < best_cost:
+            best = state
+            best_cost = cost
+    return best
+
+
+class Route:
+    """One logical endpoint: its targets and what we have learned about them.
+
+    Not thread-safe; like the event loop that drives it, it expects one
+    thread. ``clock`` and ``rng`` are injectable so tests are deterministic.
+    """
+
+    __slots__ = (
+        "_clock",
+        "_config",
+        "_healthy",
+        "_hedge_budget",
+        "_hedge_delay",
+        "_hedge_quantile",
+        "_latency",
+        "_max_out",
+        "_mme_preferred",
+        "_next_hedge_refresh",
+        "_next_wake",
+        "_probing",
+        "_random",
+        "_ranker",
+        "_retry_budget",
+        "_targets",
+        "_warmup_samples",
+    )
+
+    def __init__(
+        self,
+        config: RouteConfig,
+        *,
+        clock: Clock = time.monotonic,
+        rng: random.Random | None = None,
+        ranking_cache_size: int = 16_384,
+    ) -> None:
+        self._config = config
+        self._clock = clock
+        self._random = (rng if rng is not None else random.Random()).random
+        self._targets = tuple(TargetState(target) for target in config.targets)
+        self._healthy: list[TargetState] = list(self._targets)
+        self._probing: list[TargetState] = []
+        self._next_wake = math.inf
+        self._max_out = _max_out_of_rotation(len(self._targets), config.ejection.max_ejected_share)
+        self._mme_preferred = config.mme_preferred
+        self._ranker = (
+            _Ranker(self._targets, ranking_cache_size) if len(self._targets) > 1 else None
+        )
+        now = clock()
+        hedge = config.hedge
+        self._hedge_budget = HedgeBudget(hedge.max_extra_load)
+        self._retry_budget = RetryBudget(
+            config.retry.budget_ratio, config.retry.min_per_second, clock=clock
+        )
+        # The latency window only feeds the hedge delay: skip it when off.
+        self._latency = (
+            LatencyWindow(hedge.window_s, max(1, round(hedge.window_s / hedge.refresh_s)), now)
+            if hedge.enabled
+            else None
+        )
+        self._hedge_quantile = 1.0 - hedge.max_extra_load
+        self._warmup_samples = math.ceil(_WARMUP_SAMPLES_PER_HEDGE / hedge.max_extra_load)
+        self._hedge_delay: float | None = None
+        self._next_hedge_refresh = now
+
+    # --- introspection -----------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._config.name
+
+    @property
+    def config(self) -> RouteConfig:
+        return self._config
+
+    @property
+    def targets(self) -> tuple[TargetState, ...]:
+        return self._targets
+
+    @property
+    def timeout_s(self) -> float | None:
+        timeout_ms = self._config.timeout_ms
+        return None if timeout_ms is None else timeout_ms / 1000.0
+
+    @property
+    def retry_budget(self) -> RetryBudget:
+        return self._retry_budget
+
+    @property
+    def hedge_budget(self) -> HedgeBudget:
+        return self._hedge_budget
+
+    def preferred_targets(self, model: str) -> tuple[TargetState, ...]:
+        """The model's rendezvous ranking, best first (health ignored)."""
+        if self._ranker is None:
+            return self._targets
+        return self._ranker.ranking(model)
+
+    # --- the hot path ------------------------------------------------------
+
+    def pick(
+        self,
+        model: str | None = None,
+        exclude: Collection[TargetState] = (),
+        *,
+        reuse_excluded: bool = False,
+    ) -> TargetState | None:
+        """Choose the target for the next attempt, or None for "no target".
+
+        ``model`` (a multi-model endpoint's target model) restricts the choice
+        to the model's ``mme_preferred`` best-ranked healthy targets.
+        ``exclude`` holds targets this call already tried, so a hedge or a
+        retry goes elsewhere. When every healthy candidate is excluded, the
+        result is None unless ``reuse_excluded`` is set, in which case the
+        least-loaded excluded one is returned: a SageMaker endpoint has
+        several instances behind it, so trying the same endpoint again is
+        often still worth it (gateway decides, per error kind).
+
+        A primary pick (nothing excluded) never returns None: ejection
+        always leaves at least one target healthy. Ejected targets are never
+        returned; a PROBING one is offered to one attempt at a time, and
+        ahead of healthy ones, so it gets its probe promptly.
+
+        Call :meth:`start` right after, without awaiting in between: the
+        probe slot is taken by ``start``.
+        """
+        now = self._clock()
+        if now >= self._next_wake:
+            self._wake(now)
+        if model is not None and self._ranker is not None:
+            return self._pick_for_model(model, exclude, reuse_excluded, now)
+        if self._probing:
+            probe = _idle_probe(self._probing, exclude)
+            if probe is not None:
+                return probe
+        candidates = self._healthy
+        if exclude:
+            candidates = [state for state in candidates if state not in exclude]
+        count = len(candidates)
+        if count > _FULL_SCAN_MAX:
+            return self._power_of_two(candidates, count, now)
+        if count > 1:
+            return _least_cost(candidates, now)
+        if count == 1:
+            return candidates[0]
+        return self._fallback(self._healthy, exclude, reuse_excluded, now)
+
+    def start(self, target: TargetState) -> float:
+        """Mark a primary attempt in flight; returns the start time for ``finish``.
+
+        Each primary attempt earns hedge and retry tokens. Use
+        :meth:`start_backup` for hedges and retries, which earn none.
+        """
+        now = self._clock()
+        target._outstanding += 1
+        self._hedge_budget.deposit()
+        self._retry_budget.deposit_at(now)
+        return now
+
+    def start_backup(self, target: TargetState) -> float:
+        """Mark a hedge or retry attempt in flight (it earns no budget tokens)."""
+        target._outstanding += 1
+        return self._clock()
+
+    def finish(self, target: TargetState, started_at: float, outcome: Outcome) -> None:
+        """Record how an attempt started with ``start``/``start_backup`` ended."""
+        now = self._clock()
+        target._outstanding -= 1
+        if outcome is _CANCELLED:
+            return
+        elapsed = now - started_at
+        if elapsed < _MIN_SAMPLE_S:
+            elapsed = _MIN_SAMPLE_S
+        if outcome is _FAILURE:
+            self._record_failure(target, elapsed, now)
+            return
+        # SUCCESS or NEUTRAL: the target answered; only its latency matters.
+        ewma = target._ewma
+        if elapsed >= ewma:
+            target._ewma = elapsed  # the "peak" in peak EWMA: rise at once
+        else:
+            weight = _exp((target._stamp - now) * _INV_TAU)
+            target._ewma = ewma * weight + elapsed * (1.0 - weight)
+        target._stamp = now
+        target._consecutive_failures = 0
+        if now >= target._window_end:
+            self._roll_window(target, now)
+        target._window_successes += 1
+        if self._latency is not None:
+            self._latency.record(elapsed, now)
+        if target._state is not _HEALTHY:
+            self._on_late_success(target, elapsed, now)
+
+    # --- hedging -----------------------------------------------------------
+
+    def hedge_delay(self) -> float | None:
+        """Seconds to wait before hedging, or None for "do not hedge".
+
+        The ``1 - max_extra_load`` quantile of this route's recent latencies
+        (0.05 -> p95) over ``window_s``, recomputed every ``refresh_s``, and
+        never below ``min_delay_ms``. None when hedging is off or no latency
+        has been seen yet; see ``_WARMUP_SAMPLES_PER_HEDGE`` for the
+        conservative delay used while samples are few.
+        """
+        if self._latency is None:
+            return None
+        now = self._clock()
+        if now >= self._next_hedge_refresh:
+            self._refresh_hedge_delay(now)
+        return self._hedge_delay
+
+    def try_acquire_hedge(self) -> bool:
+        """Spend a hedge token; False means "do not send this hedge".
+
+        Like Finagle's BackupRequestFilter, a hedge must also fit the retry
+        budget (it is extra load all the same), so hedges and retries
+        together stay within the retry budget.
+        """
+        if self._latency is None or not self._hedge_budget.can_spend():
+            return False
+        if not self._retry_budget.try_withdraw():
+            return False
+        self._hedge_budget.spend()
+        return True
+
+    # --- retries -----------------------------------------------------------
+
+    def try_acquire_retry(self, attempts_made: int) -> bool:
+        """Whether one more attempt is allowed after ``attempts_made``.
+
+        Checks ``max_attempts`` first, then withdraws from the retry budget.
+        Gateway still decides whether the error is retryable at all and
+        whether the deadline leaves room.
+        """
+        if attempts_made >= self._config.retry.max_attempts:
+            return False
+        return self._retry_budget.try_withdraw()
+
+    def backoff(self, attempt: int) -> float:
+        """Seconds to sleep before retry number ``attempt`` (1 = first retry).
+
+        Exponential with full jitter: uniform in [base, min(max, base * 2**attempt)].
+        """
+        retry = self._config.retry
+        base = retry.backoff_base_ms / 1000.0
+        ceiling = min(retry.backoff_max_ms / 1000.0, base * 2.0 ** min(max(attempt, 1), 32))
+        return base + self._random() * (ceiling - base)
+
+    # --- active health checks ---------------------------------------------
+
+    def due_for_health_check(self, target: TargetState) -> bool:
+        """Whether gateway should send ``target`` an active check now."""
+        check = self._config.health_check
+        return check.enabled and self._clock() - target._last_check >= check.interval_s
+
+    def needs_probe(self, target: TargetState) -> bool:
+        """Whether ``target`` is PROBING with no probe in flight.
+
+        Gateway may answer that with an active check instead of waiting for
+        a real request to be routed there.
+        """
+        return target._state is _PROBING and target._outstanding == 0
+
+    def record_health_check(self, target: TargetState, healthy: bool) -> None:
+        """Record an active check: a failure counts like a FAILURE outcome
+        (without a latency sample); a success re-admits a PROBING target."""
+        now = self._clock()
+        target._last_check = now
+        if not healthy:
+            self._count_failure(target, now)
+        elif target._state is _PROBING:
+            target._consecutive_failures = 0
+            self._readmit(target, now)
+        else:
+            target._consecutive_failures = 0
+
+    # --- internals: picking ------------------------------------------------
+
+    def _pick_for_model(
+        self,
+        model: str,
+        exclude: Collection[TargetState],
+        reuse_excluded: bool,
+        now: float,
+    ) -> TargetState | None:
+        assert self._ranker is not None
+        wanted = self._mme_preferred
+        chosen: list[TargetState] = []
+        # Walk the ranking: the first `wanted` healthy targets are the model's
+        # preferred set; an ejected one is replaced by the next in rank.
+        for state in self._ranker.ranking(model):
+            health = state._state
+            if health is _HEALTHY:
+                if exclude and state in exclude:
+                    continue
+                chosen.append(state)
+                if len(chosen) >= wanted:
+                    break
+            elif health is _PROBING and state._outstanding == 0 and state not in exclude:
+                return state
+        if len(chosen) > 1:
+            return _least_cost(chosen, now)
+        if chosen:
+            return chosen[0]
+        preferred = [s for s in self._ranker.ranking(model) if s._state is _HEALTHY][:wanted]
+        return self._fallback(preferred, exclude, reuse_excluded, now)
+
+    def _power_of_two(
+        self, candidates: Sequence[TargetState], count: int, now: float
+    ) -> TargetState:
+        rand = self._random
+        first = int(rand() * count)
+        second = int(rand() * (count - 1))
+        if second >= first:
+            second += 1
+        a, b = candidates[first], candidates[second]
+        return a if _cost(a, now) <= _cost(b, now) else b
+
+    def _fallback(
+        self,
+        healthy: Sequence[TargetState],
+        exclude: Collection[TargetState],
+        reuse_excluded: bool,
+        now: float,
+    ) -> TargetState | None:
+        # Every healthy candidate is excluded.
+        if healthy:
+            return _least_cost(healthy, now) if reuse_excluded else None
+        # No healthy target at all: the ejection invariant makes this
+        # unreachable, but if it ever broke, serving beats refusing (Envoy's
+        # panic mode): take the least loaded target whatever its state.
+        pool = (
+            list(self._targets)
+            if reuse_excluded
+            else [s for s in self._targets if s not in exclude]
+        )
+        return _least_cost(pool, now) if pool else None
+
+    # --- internals: health -------------------------------------------------
+
+    def _record_failure(self, target: TargetState, elapsed: float, now: float) -> None:
+        # Fast failures must not look like a fast target: a failure can only
+        # raise the EWMA.
+        sample = max(elapsed, target._ewma * _FAILURE_PENALTY)
+        target._ewma = sample if sample < _MAX_EWMA_S else _MAX_EWMA_S
+        target._stamp = now
+        self._count_failure(target, now)
+
+    def _count_failure(self, target: TargetState, now: float) -> None:
+        health = target._state
+        if health is _EJECTED:
+            return  # a late answer from before the ejection: already handled
+        if health is _PROBING:
+            self._eject(target, now)  # the probe failed: out again, for longer
+            return
+        target._consecutive_failures += 1
+        if now >= target._window_end:
+            self._roll_window(target, now)
+        target._window_failures += 1
+        if self._should_eject(target, now) and self._out_of_rotation() < self._max_out:
+            self._eject(target, now)
+
+    def _should_eject(self, target: TargetState, now: float) -> bool:
+        ejection = self._config.ejection
+        if target._consecutive_failures >= ejection.consecutive_failures:
+            return True
+        # Sliding-window estimate: the previous window weighted by how much
+        # of it still overlaps the last `window_s`.
+        window = ejection.success_rate_window_s
+        overlap = max(0.0, (target._window_end - now) / window)
+        successes = target._window_successes + target._prev_successes * overlap
+        failures = target._window_failures + target._prev_failures * overlap
+        total = successes + failures
+        return (
+            total >= ejection.success_rate_min_requests
+            and successes / total < ejection.success_rate_threshold
+        )
+
+    def _roll_window(self, target: TargetState, now: float) -> None:
+        window = self._config.ejection.success_rate_window_s
+        if now >= target._window_end + window:
+            target._prev_successes = target._prev_failures = 0
+            target._window_end = now + window
+        else:
+            target._prev_successes = target._window_successes
+            target._prev_failures = target._window_failures
+            target._window_end += window
+        target._window_successes = target._window_failures = 0
+
+    def _out_of_rotation(self) -> int:
+        return len(self._targets) - len(self._healthy)
+
+    def _eject(self, target: TargetState, now: float) -> None:
+        ejection = self._config.ejection
+        # The multiplier decays by one per base_ejection_s spent healthy, so a
+        # target that flapped long ago starts again from the base time.
+        if target._state is _HEALTHY and target._ejection_level:
+            quiet = now - target._readmitted_at
+            target._ejection_level = max(
+                0, target._ejection_level - int(quiet // ejection.base_ejection_s)
+            )
+        target._ejection_level += 1
+        target._ejections += 1
+        duration = min(ejection.base_ejection_s * target._ejection_level, ejection.max_ejection_s)
+        duration *= 1.0 + ejection.jitter * (2.0 * self._random() - 1.0)
+        target._ejected_until = now + duration
+        target._state = _EJECTED
+        target._consecutive_failures = 0
+        target._window_successes = target._window_failures = 0
+        target._prev_successes = target._prev_failures = 0
+        self._regroup()
+
+    def _readmit(self, target: TargetState, now: float) -> None:
+        target._state = _HEALTHY
+        target._readmitted_at = now
+        target._window_successes = target._window_failures = 0
+        target._prev_successes = target._prev_failures = 0
+        self._regroup()
+
+    def _on_late_success(self, target: TargetState, elapsed: float, now: float) -> None:
+        if target._state is _PROBING:
+            # The probe answered: its latency, not the stale pre-ejection
+            # EWMA, is what we know about this target now.
+            target._ewma = elapsed
+            self._readmit(target, now)
+        # EJECTED: an answer to a request sent before the ejection; the
+        # ejection stands until its time is up.
+
+    def _wake(self, now: float) -> None:
+        for state in self._targets:
+            if state._state is _EJECTED and state._ejected_until <= now:
+                state._state = _PROBING
+        self._regroup()
+
+    def _regroup(self) -> None:
+        # Rebuilt on state changes only (rare), so pick can read plain lists.
+        self._healthy = [s for s in self._targets if s._state is _HEALTHY]
+        self._probing = [s for s in self._targets if s._state is _PROBING]
+        self._next_wake = min(
+            (s._ejected_until for s in self._targets if s._state is _EJECTED), default=math.inf
+        )
+
+    # --- internals: hedging ------------------------------------------------
+
+    def _refresh_hedge_delay(self, now: float) -> None:
+        latency = self._latency
+        assert latency is not None
+        hedge = self._config.hedge
+        count = latency.count
+        if count >= self._warmup_samples:
+            delay = latency.quantile(self._hedge_quantile, now)
+            self._next_hedge_refresh = now + hedge.refresh_s
+        else:
+            delay = latency.quantile(1.0, now) if count else None
+            self._next_hedge_refresh = now + min(hedge.refresh_s, _WARMUP_REFRESH_S)
+        floor = hedge.min_delay_ms / 1000.0
+        self._hedge_delay = None if delay is None else max(delay, floor)
+
+
+def _idle_probe(
+    probing: Sequence[TargetState], exclude: Collection[TargetState]
+) -> TargetState | None:
+    for state in probing:
+        if state._outstanding == 0 and not (exclude and state in exclude):
+            return state
+    return None
+
+
+def _max_out_of_rotation(targets: int, share: float) -> int:
+    """How many targets may be ejected or probing at once.
+
+    ``share`` of them rounded down, but at least one once there are two
+    targets (so a small route can still shed a bad one), and never all.
+    ``share == 0`` disables ejection.
+    """
+    if targets < 2 or share <= 0:
+        return 0
+    return min(targets - 1, max(1, int(share * targets)))

@@ -1,0 +1,129 @@
+"""The route table, default single-target routes, and the interface gateway uses."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import replace
+from typing import Any, Protocol
+
+from ._config import RouteConfig, Target, parse_routes
+from ._route import Route
+from ._stats import HedgeBudget, RetryBudget
+from ._target import Outcome, TargetState
+
+__all__ = ["RouteProtocol", "Router", "RouterProtocol"]
+
+Clock = Callable[[], float]
+
+
+class RouteProtocol(Protocol):
+    """What gateway needs from a route on the invoke path."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def config(self) -> RouteConfig: ...
+    @property
+    def targets(self) -> tuple[TargetState, ...]: ...
+    @property
+    def timeout_s(self) -> float | None: ...
+    @property
+    def retry_budget(self) -> RetryBudget: ...
+    @property
+    def hedge_budget(self) -> HedgeBudget: ...
+
+    def pick(
+        self,
+        model: str | None = None,
+        exclude: Collection[TargetState] = (),
+        *,
+        reuse_excluded: bool = False,
+    ) -> TargetState | None: ...
+    def start(self, target: TargetState) -> float: ...
+    def start_backup(self, target: TargetState) -> float: ...
+    def finish(self, target: TargetState, started_at: float, outcome: Outcome) -> None: ...
+    def hedge_delay(self) -> float | None: ...
+    def try_acquire_hedge(self) -> bool: ...
+    def try_acquire_retry(self, attempts_made: int) -> bool: ...
+    def backoff(self, attempt: int) -> float: ...
+    def due_for_health_check(self, target: TargetState) -> bool: ...
+    def needs_probe(self, target: TargetState) -> bool: ...
+    def record_health_check(self, target: TargetState, healthy: bool) -> None: ...
+
+
+class RouterProtocol(Protocol):
+    """What gateway needs from the route table."""
+
+    def route(self, name: str) -> RouteProtocol | None: ...
+    def default_route(self, endpoint_name: str) -> RouteProtocol: ...
+    def resolve(self, name: str) -> RouteProtocol: ...
+
+
+class Router:
+    """Routes by name, plus on-demand single-target routes for bare endpoint names.
+
+    ``default_template`` (optional) supplies the timeout, hedge, retry,
+    ejection and health-check settings of those default routes; its name
+    and targets are ignored. Default routes are cached (FIFO-bounded by
+    ``default_route_capacity``) so their statistics persist across calls.
+    """
+
+    __slots__ = ("_capacity", "_clock", "_defaults", "_random", "_routes", "_template")
+
+    def __init__(
+        self,
+        routes: Mapping[str, RouteConfig] | Iterable[RouteConfig] = (),
+        *,
+        clock: Clock = time.monotonic,
+        rng: random.Random | None = None,
+        default_template: RouteConfig | None = None,
+        default_route_capacity: int = 1024,
+    ) -> None:
+        configs = routes.values() if isinstance(routes, Mapping) else routes
+        self._clock = clock
+        self._random = rng if rng is not None else random.Random()
+        self._template = default_template
+        self._capacity = max(1, default_route_capacity)
+        self._routes = {config.name: self._build(config) for config in configs}
+        self._defaults: dict[str, Route] = {}
+
+    @classmethod
+    def from_mapping(cls, routes: Mapping[str, Any], **kwargs: Any) -> Router:
+        """Build from the ``[routes]`` table as ``tomllib`` parsed it."""
+        return cls(parse_routes(routes), **kwargs)
+
+    @property
+    def routes(self) -> Mapping[str, Route]:
+        """The configured routes (default routes are not included)."""
+        return self._routes
+
+    def route(self, name: str) -> Route | None:
+        return self._routes.get(name)
+
+    def default_route(self, endpoint_name: str) -> Route:
+        """A single-target route sending everything to SageMaker endpoint ``endpoint_name``."""
+        route = self._defaults.get(endpoint_name)
+        if route is None:
+            route = self._build(self._default_config(endpoint_name))
+            if len(self._defaults) >= self._capacity:
+                del self._defaults[next(iter(self._defaults))]
+            self._defaults[endpoint_name] = route
+        return route
+
+    def resolve(self, name: str) -> Route:
+        """The configured route ``name``, or else the default route for endpoint ``name``."""
+        route = self._routes.get(name)
+        return route if route is not None else self.default_route(name)
+
+    def _default_config(self, endpoint_name: str) -> RouteConfig:
+        targets = (Target(endpoint=endpoint_name),)
+        if self._template is None:
+            return RouteConfig(name=endpoint_name, targets=targets)
+        return replace(self._template, name=endpoint_name, targets=targets)
+
+    def _build(self, config: RouteConfig) -> Route:
+        # One seeded generator per route keeps runs reproducible under a seeded Router.
+        rng = random.Random(self._random.getrandbits(64))
+        return Route(config, clock=self._clock, rng=rng)

@@ -1,0 +1,80 @@
+"""Fixtures for the cache tests: Redis servers and per-test key namespaces."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+
+import pytest
+import redis.asyncio as redis_asyncio
+
+from cache import CacheConfig, PredictionCache
+from tests._redis_procs import RedisCluster3, RedisSentinel, RedisServer, shared_redis_available
+
+
+@pytest.fixture(scope="session")
+def shared_redis_url() -> Iterator[str]:
+    """The machine's Redis on 6379 if it is up (read/write only, never killed), else our own."""
+    if shared_redis_available():
+        yield "redis://127.0.0.1:6379/0"
+        return
+    with RedisServer.running() as server:
+        yield server.url
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisCluster3]:
+    cluster = RedisCluster3()
+    try:
+        yield cluster.start()
+    finally:
+        cluster.cleanup()
+
+
+@pytest.fixture(scope="session")
+def redis_sentinel() -> Iterator[RedisSentinel]:
+    sentinel = RedisSentinel()
+    try:
+        yield sentinel.start()
+    finally:
+        sentinel.cleanup()
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    """A private redis-server this test may kill, restart or slow down."""
+    with RedisServer.running() as server:
+        yield server
+
+
+@pytest.fixture
+def namespace() -> str:
+    return "t" + uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+async def raw_redis(shared_redis_url: str) -> AsyncIterator[redis_asyncio.Redis]:
+    client = redis_asyncio.Redis.from_url(shared_redis_url)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+async def make_cache(namespace: str) -> AsyncIterator[Callable[..., Awaitable[PredictionCache]]]:
+    """Build and start caches with test defaults; all are closed after the test."""
+    made: list[PredictionCache] = []
+
+    async def build(**settings: object) -> PredictionCache:
+        settings.setdefault("namespace", namespace)
+        cache = PredictionCache(CacheConfig.from_mapping(settings))
+        made.append(cache)
+        await cache.start()
+        return cache
+
+    try:
+        yield build
+    finally:
+        for cache in made:
+            await cache.close()

@@ -1,0 +1,58 @@
+"""Redis Sentinel and Redis Cluster, each with processes of their own."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import redis.asyncio as redis_asyncio
+from redis.asyncio.cluster import RedisCluster
+
+from cache import CacheSource, Entry, PredictionCache
+from tests._redis_procs import RedisCluster3, RedisSentinel
+from tests.cache._cache_support import CountingLoader
+
+MakeCache = Callable[..., Awaitable[PredictionCache]]
+
+
+async def test_sentinel_round_trip(make_cache: MakeCache, redis_sentinel: RedisSentinel) -> None:
+    writer = await make_cache(redis_url=redis_sentinel.url)
+    reader = await make_cache(redis_url=redis_sentinel.url)
+    key = writer.key_for("r", "m", None, "text/csv", None, None, b"sentinel")
+    await writer.get_or_load(key, CountingLoader(b"via-sentinel"))
+    await writer.flush_writes()
+    got, source = await reader.get_or_load(key, CountingLoader())
+    assert (got.body, source) == (b"via-sentinel", CacheSource.REDIS)
+    direct = redis_asyncio.Redis.from_url(redis_sentinel.master.url)
+    try:
+        assert await direct.exists(key) == 1  # it really went to the master
+    finally:
+        await direct.aclose()
+
+
+async def test_cluster_round_trip_and_get_many_across_slots(
+    make_cache: MakeCache, redis_cluster: RedisCluster3
+) -> None:
+    writer = await make_cache(cluster=redis_cluster.seeds)
+    reader = await make_cache(cluster=redis_cluster.seeds)
+    keys = [writer.key_for("r", "m", None, "t", None, None, str(i).encode()) for i in range(40)]
+    for i, key in enumerate(keys):
+        writer.put(key, Entry(str(i).encode(), "text/plain"))
+    await writer.flush_writes()
+    assert writer.stats.writes == 40 and writer.stats.writes_dropped == 0
+    found = await reader.get_many([*keys, "absent-key"])
+    assert [e.body if e else None for e in found] == [str(i).encode() for i in range(40)] + [None]
+    assert reader.stats.redis_errors == 0
+
+    probe = RedisCluster(host="127.0.0.1", port=redis_cluster.nodes[0].port)
+    try:
+        await probe.initialize()
+        owners = {probe.get_node_from_key(key).name for key in keys}
+    finally:
+        await probe.aclose()
+    assert len(owners) == 3  # the batch really spanned every master
+
+    got, source = await reader.get_or_load(keys[7], CountingLoader())
+    assert source is CacheSource.NEAR and got.body == b"7"
+    other = await make_cache(cluster=redis_cluster.seeds)
+    got, source = await other.get_or_load(keys[8], CountingLoader())
+    assert (got.body, source) == (b"8", CacheSource.REDIS)

@@ -1,0 +1,81 @@
+"""Fixtures: an emulator on a free port, and unmodified boto3 clients for it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+
+from gateway.emulator import Emulator, EmulatorConfig
+
+ACCESS_KEY = "AKIDEMULATORTEST"
+SECRET_KEY = "emulator-test-secret"
+
+BASE_CONFIG: dict[str, Any] = {
+    "seed": 7,
+    "auth": {"credentials": {ACCESS_KEY: SECRET_KEY}},
+    "endpoints": {
+        "echo": {},
+        "constant": {"model": {"type": "constant", "body": "0.25", "content_type": "text/csv"}},
+        "mme": {
+            "mme": {
+                "models": ["a.tar.gz", "b.tar.gz", "c.tar.gz"],
+                "cold_load_ms": 50,
+                "max_loaded": 2,
+            }
+        },
+        "ab": {"variants": [{"name": "blue", "weight": 3}, {"name": "green", "weight": 1}]},
+    },
+}
+
+ClientFactory = Callable[..., Any]
+
+
+@pytest.fixture
+async def emulator() -> AsyncIterator[Emulator]:
+    async with Emulator(EmulatorConfig.from_dict(BASE_CONFIG)) as emu:
+        yield emu
+
+
+@pytest.fixture
+def boto_client() -> Iterator[ClientFactory]:
+    """``boto_client(url, secret=..., access_key=...)``; every client is closed afterwards."""
+    clients: list[Any] = []
+
+    def make(url: str, *, access_key: str = ACCESS_KEY, secret: str = SECRET_KEY) -> Any:
+        client = boto3.client(
+            "sagemaker-runtime",
+            region_name="us-east-1",
+            endpoint_url=url,
+            aws_access_key_id=access_key,
+            aws_secret_access_key=secret,
+            config=Config(retries={"max_attempts": 0}, read_timeout=10, connect_timeout=5),
+        )
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+def signed_headers(url: str, path: str, body: bytes, **extra: str) -> dict[str, str]:
+    """Headers of a POST to ``url + path`` signed with the test credentials."""
+    from gateway._signing import Credentials, SigV4Signer, payload_sha256
+
+    amz_date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    headers = {"host": url.removeprefix("http://"), "x-amz-date": amz_date}
+    headers.update({name.lower(): value for name, value in extra.items()})
+    authorization = SigV4Signer("us-east-1").authorization(
+        "POST",
+        path,
+        sorted(headers.items()),
+        payload_sha256(body),
+        Credentials(ACCESS_KEY, SECRET_KEY),
+        amz_date,
+    )
+    return {**headers, "authorization": authorization}
