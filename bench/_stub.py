@@ -12,6 +12,7 @@ import contextlib
 import multiprocessing
 import socket
 from multiprocessing.connection import Connection
+from typing import cast
 
 import httptools
 
@@ -32,8 +33,8 @@ class _StubProtocol(asyncio.Protocol):
         self._stats = stats
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # uvloop's transports do not subclass asyncio.Transport.
+        self._transport = cast(asyncio.Transport, transport)
         self._stats["connections"] += 1
         sock = transport.get_extra_info("socket")
         if sock is not None:

@@ -48,7 +48,14 @@ _MAX_CACHED_VALUES = 4096
 class _EndpointPath:
     """Per-endpoint strings computed once: request paths and SigV4 prefixes."""
 
-    __slots__ = ("async_path", "async_prefix", "invoke_path", "invoke_prefix", "stream_path", "stream_prefix")
+    __slots__ = (
+        "async_path",
+        "async_prefix",
+        "invoke_path",
+        "invoke_prefix",
+        "stream_path",
+        "stream_prefix",
+    )
 
     def __init__(self, name: str) -> None:
         check_endpoint_name(name)
@@ -215,8 +222,14 @@ class Gateway:
         paths = self._paths.get(endpoint) or self._endpoint_paths(endpoint)
         headers = self._base_headers(content_type, accept)
         if (
-            target_model or target_variant or custom_attributes or inference_id or session_id
-            or target_container_hostname or enable_explanations or inference_component
+            target_model
+            or target_variant
+            or custom_attributes
+            or inference_id
+            or session_id
+            or target_container_hostname
+            or enable_explanations
+            or inference_component
         ):
             self._add_sagemaker_headers(
                 headers,
@@ -400,7 +413,9 @@ def _payload_or_raise(message: Any) -> bytes | None:
     message_type = headers.get(":message-type")
     if message_type == "event":
         return bytes(message.payload) if headers.get(":event-type") == "PayloadPart" else None
-    code = str(headers.get(":exception-type") or headers.get(":error-code") or "InternalStreamFailure")
+    code = str(
+        headers.get(":exception-type") or headers.get(":error-code") or "InternalStreamFailure"
+    )
     import orjson
 
     try:

@@ -89,7 +89,9 @@ class CredentialSource:
         """The credentials to sign with now. Never blocks."""
         credentials = self._credentials
         if credentials is None:
-            raise errors.ConfigError("credentials are not loaded: use the gateway inside 'async with'")
+            raise errors.ConfigError(
+                "credentials are not loaded: use the gateway inside 'async with'"
+            )
         return credentials
 
     def must_wait(self) -> bool:

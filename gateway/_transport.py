@@ -23,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, cast
 
 import httptools
 
@@ -135,9 +135,9 @@ class _Connection(asyncio.Protocol):
     # asyncio callbacks
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
-        self._pool.options_apply(transport)
+        # uvloop's transports do not subclass asyncio.Transport.
+        self._transport = cast(asyncio.Transport, transport)
+        self._pool.options_apply(self._transport)
 
     def data_received(self, data: bytes) -> None:
         self._got_bytes = True
@@ -403,7 +403,7 @@ class _OriginPool:
         infos = await self.loop.getaddrinfo(
             origin.host, origin.port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
         )
-        self._addresses = [(info[4][0], origin.port) for info in infos]
+        self._addresses = [(str(info[4][0]), origin.port) for info in infos]
 
     async def _open_connection(self, timeout: float) -> _Connection:
         if not self._addresses:
@@ -662,7 +662,7 @@ class NativeTransport:
 
     async def stream(self, request: PreparedRequest, deadline: float) -> _NativeStream:
         pool = self._pool(request.origin)
-        connection, reused = await pool.acquire(deadline)
+        connection, _ = await pool.acquire(deadline)
         self.stats.requests += 1
         body = request.body
         head = encode_head(request.path, request.final_headers(), len(body))

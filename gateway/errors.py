@@ -89,7 +89,7 @@ class ProtocolError(TransportError):
 # -- timeouts ---------------------------------------------------------------
 
 
-class TimeoutError(GatewayError):  # noqa: A001 - deliberately shadows the builtin in this module
+class TimeoutError(GatewayError):  # shadows the builtin inside this module only
     retryable = True
 
 
