@@ -54,7 +54,7 @@ class Scorer(Protocol):
         *,
         content_type: str,
         accept: str,
-        timeout: float | None,  # noqa: ASYNC109 -- Gateway.invoke's own signature
+        timeout: float | None,
     ) -> Any: ...
 
 
@@ -320,7 +320,7 @@ class InProcessScorer:
         *,
         content_type: str = CSV,
         accept: str = CSV,
-        timeout: float | None = None,  # noqa: ASYNC109 -- the Scorer signature
+        timeout: float | None = None,
     ) -> InProcessResult:
         self.calls += 1
         return InProcessResult(self._model.predict_csv(body))

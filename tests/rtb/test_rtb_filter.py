@@ -58,7 +58,7 @@ class EchoScorer:
         *,
         content_type: str,
         accept: str,
-        timeout: float | None,  # noqa: ASYNC109
+        timeout: float | None,
     ) -> Result:
         assert (endpoint, content_type, accept) == ("bid-filter", "text/csv", "text/csv")
         rows = body.split(b"\n")
