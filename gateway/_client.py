@@ -15,9 +15,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+import orjson
+
 from gateway import errors
 from gateway._config import GatewayConfig, PoolConfig
 from gateway._credentials import CredentialSource, botocore_fetcher
+from gateway._eventstream import EventStreamDecoder, Message
 from gateway._httpx_transport import HttpxTransport
 from gateway._signing import Credentials, SigV4Signer
 from gateway._transport import NativeTransport, Transport
@@ -288,8 +291,6 @@ class Gateway:
         try:
             if stream.status != 200:
                 raise decode_error(RawResponse(stream.status, stream.headers, await stream.read()))
-            from gateway._eventstream import EventStreamDecoder
-
             decoder = EventStreamDecoder()
             async for chunk in stream.chunks():
                 for message in decoder.feed(chunk):
@@ -407,22 +408,18 @@ class Gateway:
         return self._origin
 
 
-def _payload_or_raise(message: Any) -> bytes | None:
+def _payload_or_raise(message: Message) -> bytes | None:
     """PayloadPart bytes, None for other events, or the error a stream carries."""
-    headers = message.headers
-    message_type = headers.get(":message-type")
-    if message_type == "event":
-        return bytes(message.payload) if headers.get(":event-type") == "PayloadPart" else None
-    code = str(
-        headers.get(":exception-type") or headers.get(":error-code") or "InternalStreamFailure"
-    )
-    import orjson
-
+    if message.message_type == "event":
+        return message.payload if message.event_type == "PayloadPart" else None
+    code = message.exception_type or "InternalStreamFailure"
     try:
         detail = orjson.loads(message.payload) if message.payload else {}
     except orjson.JSONDecodeError:
         detail = {}
-    text = detail.get("Message") or detail.get("message") or str(headers.get(":error-message", ""))
+    if not isinstance(detail, dict):
+        detail = {}
+    text = str(detail.get("Message") or detail.get("message") or "")
     if code == "ModelStreamError":
         raise errors.ModelError(text or "model stream error", code=code, status=200)
     raise errors.InternalFailure(text or "internal stream failure", code=code, status=200)
