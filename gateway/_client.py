@@ -1,27 +1,32 @@
 """The public client: ``Gateway``.
 
-The success path of ``invoke`` is deliberately plain: build the sorted
-header list, wait for a pooled connection, sign, write, parse. No botocore
-object, no retry wrapper, no task, no log formatting per call.
+The success path of ``invoke`` is deliberately plain: look in the near
+cache, resolve the route, build the sorted header list, wait for a pooled
+connection, sign, write, parse. No botocore object, no retry wrapper, no
+task, no log formatting per call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
 import orjson
 
+from cache import CacheConfig, CacheConfigError, CacheSource, Entry, PredictionCache
 from gateway import errors
 from gateway._config import GatewayConfig, PoolConfig
 from gateway._credentials import CredentialSource, botocore_fetcher
 from gateway._eventstream import EventStreamDecoder, Message
 from gateway._httpx_transport import HttpxTransport
+from gateway._metrics import GatewayMetrics
+from gateway._pipeline import CallSpec, Invoker, TargetPlan
 from gateway._signing import Credentials, SigV4Signer
 from gateway._transport import NativeTransport, Transport
 from gateway._wire import (
@@ -37,7 +42,15 @@ from gateway._wire import (
     check_header_value,
     check_payload,
     decode_error,
-    result_from_response,
+)
+from routing import (
+    Route,
+    RouteConfig,
+    RouteConfigError,
+    Router,
+    TargetHealth,
+    TargetState,
+    parse_routes,
 )
 
 __all__ = ["Gateway"]
@@ -46,35 +59,18 @@ __all__ = ["Gateway"]
 # container limit plus transfer time.
 _NO_TIMEOUT_S = 70.0
 _MAX_CACHED_VALUES = 4096
-
-
-class _EndpointPath:
-    """Per-endpoint strings computed once: request paths and SigV4 prefixes."""
-
-    __slots__ = (
-        "async_path",
-        "async_prefix",
-        "invoke_path",
-        "invoke_prefix",
-        "stream_path",
-        "stream_prefix",
-    )
-
-    def __init__(self, name: str) -> None:
-        check_endpoint_name(name)
-        base = f"/endpoints/{name}"
-        self.invoke_path = f"{base}/invocations"
-        self.stream_path = f"{base}/invocations-response-stream"
-        self.async_path = f"{base}/async-invocations"
-        self.invoke_prefix = SigV4Signer.request_prefix("POST", self.invoke_path)
-        self.stream_prefix = SigV4Signer.request_prefix("POST", self.stream_path)
-        self.async_prefix = SigV4Signer.request_prefix("POST", self.async_path)
+# Metadata a cached answer must give back, as cache.Entry.meta names it.
+_META_VARIANT = "variant"
+_META_ATTRIBUTES = "custom-attributes"
+_META_TARGET = "target"
 
 
 class Gateway:
     """An async SageMaker Runtime client built for per-call CPU and tail latency.
 
     Use it as an async context manager; ``start()``/``aclose()`` do the same.
+    ``endpoint`` arguments name either a route from the config (``[routes.NAME]``)
+    or, failing that, a SageMaker endpoint.
     """
 
     def __init__(
@@ -87,11 +83,18 @@ class Gateway:
         transport: str | Transport = "native",
         pool: PoolConfig | Mapping[str, Any] | None = None,
         timeout: float | None = None,
+        routes: Mapping[str, Any] | None = None,
+        cache: CacheConfig | Mapping[str, Any] | None = None,
         use_fips_endpoint: bool = False,
         use_dualstack_endpoint: bool = False,
         config: GatewayConfig | None = None,
     ) -> None:
         if config is None:
+            sections: dict[str, Mapping[str, Any]] = {}
+            if routes is not None:
+                sections["routes"] = routes
+            if isinstance(cache, Mapping):
+                sections["cache"] = cache
             config = GatewayConfig(
                 region=region,
                 endpoint_url=endpoint_url,
@@ -102,6 +105,7 @@ class Gateway:
                 use_dualstack_endpoint=use_dualstack_endpoint,
                 pool=_as_pool(pool),
                 default_timeout_ms=timeout * 1000 if timeout is not None else None,
+                sections=sections,
             )
         self.config = config
         self._transport: Transport = (
@@ -110,12 +114,19 @@ class Gateway:
         self._default_timeout = (
             config.default_timeout_ms / 1000 if config.default_timeout_ms else _NO_TIMEOUT_S
         )
-        self._paths: dict[str, _EndpointPath] = {}
+        self._router = Router(_route_configs(config))
+        self.metrics = GatewayMetrics()
+        self._invoker = Invoker(self._transport, self._plan_for, self.metrics)
+        self._cache = _make_cache(cache if isinstance(cache, CacheConfig) else None, config)
+        self._versions: dict[tuple[str, str | None], str] = {}
         self._checked_values: dict[str, str] = {}
         self._origin: Origin | None = None
-        self._host_header = ""
-        self._signer: RequestSigner | None = None
+        self._region = ""
+        self._region_urls: dict[str, str] = {}
+        self._origins: dict[str, Origin] = {}
+        self._signers: dict[str, RequestSigner] = {}
         self._credentials: CredentialSource | None = None
+        self._health_task: asyncio.Task[None] | None = None
         self._started = False
 
     @classmethod
@@ -149,26 +160,39 @@ class Gateway:
     async def start(self) -> None:
         if self._started:
             return
-        region, url, fetch = await asyncio.to_thread(self._resolve_with_botocore)
+        regions = {t.region for r in self._router.routes.values() for t in r.config.targets}
+        region, url, region_urls, fetch = await asyncio.to_thread(
+            self._resolve_with_botocore, {r for r in regions if r}
+        )
+        self._region, self._region_urls = region, region_urls
         self._origin = Origin.from_url(url)
-        self._host_header = self._origin.host_header
         if self.config.credentials is not None:
             self._credentials = CredentialSource.static(self.config.credentials)
         else:
             assert fetch is not None
             self._credentials = CredentialSource(fetch)
         await self._credentials.start()
-        self._signer = RequestSigner(SigV4Signer(region), self._credentials.current)
-        await self._transport.start([self._origin])
+        await self._transport.start(self._all_origins())
+        if self._cache is not None:
+            await self._cache.start()
+        if any(r.config.health_check.enabled for r in self._router.routes.values()):
+            self._health_task = asyncio.get_running_loop().create_task(self._health_checks())
         self._started = True
 
-    def _resolve_with_botocore(self) -> tuple[str, str, Any]:
-        """Region, runtime URL and credential chain, resolved as botocore would.
+    def _all_origins(self) -> list[Origin]:
+        assert self._origin is not None
+        origins = {self._origin}
+        for route in self._router.routes.values():
+            for state in route.targets:
+                origins.add(self._target_origin(state.target.url, state.target.region))
+        return list(origins)
+
+    def _resolve_with_botocore(self, regions: set[str]) -> tuple[str, str, dict[str, str], Any]:
+        """Region, runtime URLs and credential chain, resolved as botocore would.
 
         Runs once, in a thread: building a botocore client costs tens of
         milliseconds, which is fine at start and never acceptable per call.
         """
-        import botocore.config
         import botocore.session
 
         session = botocore.session.get_session()
@@ -179,27 +203,76 @@ class Gateway:
             raise errors.ConfigError(
                 "region: not set (pass region=, set it in the config, or set AWS_DEFAULT_REGION)"
             )
-        url = self.config.endpoint_url or _endpoint_from_environment()
-        if url is None:
-            client = session.create_client(
-                "sagemaker-runtime",
-                region_name=region,
-                aws_access_key_id="unused",
-                aws_secret_access_key="unused",
-                config=botocore.config.Config(
-                    use_fips_endpoint=self.config.use_fips_endpoint,
-                    use_dualstack_endpoint=self.config.use_dualstack_endpoint,
-                ),
-            )
-            url = str(client.meta.endpoint_url)
+        configured = self.config.endpoint_url or _endpoint_from_environment()
+        url = configured or self._botocore_endpoint(session, region)
+        # Targets in other regions need their own regional runtime host.
+        region_urls = {r: self._botocore_endpoint(session, r) for r in regions if r != region}
         fetch = botocore_fetcher(session) if self.config.credentials is None else None
-        return region, url, fetch
+        return region, url, region_urls, fetch
+
+    def _botocore_endpoint(self, session: Any, region: str) -> str:
+        import botocore.config
+
+        client = session.create_client(
+            "sagemaker-runtime",
+            region_name=region,
+            aws_access_key_id="unused",
+            aws_secret_access_key="unused",
+            config=botocore.config.Config(
+                use_fips_endpoint=self.config.use_fips_endpoint,
+                use_dualstack_endpoint=self.config.use_dualstack_endpoint,
+            ),
+        )
+        return str(client.meta.endpoint_url)
 
     async def aclose(self) -> None:
+        if self._health_task is not None:
+            self._health_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._health_task
+            self._health_task = None
+        if self._cache is not None:
+            await self._cache.close()
         await self._transport.aclose()
         if self._credentials is not None:
             await self._credentials.aclose()
         self._started = False
+
+    # -- targets -------------------------------------------------------------
+
+    def _target_origin(self, url: str | None, region: str | None) -> Origin:
+        assert self._origin is not None
+        if url is None and (region is None or region == self._region):
+            return self._origin
+        if url is None:
+            assert region is not None
+            url = (
+                self._region_urls.get(region) or f"https://runtime.sagemaker.{region}.amazonaws.com"
+            )
+        origin = self._origins.get(url)
+        if origin is None:
+            origin = self._origins[url] = Origin.from_url(url)
+        return origin
+
+    def _signer_for(self, region: str | None) -> RequestSigner:
+        region = region or self._region
+        signer = self._signers.get(region)
+        if signer is None:
+            assert self._credentials is not None
+            signer = RequestSigner(SigV4Signer(region), self._credentials.current)
+            self._signers[region] = signer
+        return signer
+
+    def _plan_for(self, route: Route, state: TargetState) -> TargetPlan:
+        target = state.target
+        check_endpoint_name(target.endpoint)
+        return TargetPlan(
+            target.endpoint,
+            self._target_origin(target.url, target.region),
+            self._signer_for(target.region),
+            target.variant,
+            self.metrics.target(route.name, state.key),
+        )
 
     # -- calls ---------------------------------------------------------------
 
@@ -219,11 +292,24 @@ class Gateway:
         inference_component: str | None = None,
         session_id: str | None = None,
         timeout: float | None = None,
+        cache: bool = True,
+        cache_ttl: float | None = None,
     ) -> InvokeResult:
-        """InvokeEndpoint. Raises a :class:`gateway.errors.GatewayError` subclass on failure."""
-        deadline = time.monotonic() + (timeout if timeout is not None else self._default_timeout)
-        paths = self._paths.get(endpoint) or self._endpoint_paths(endpoint)
-        headers = self._base_headers(content_type, accept)
+        """InvokeEndpoint through the route named ``endpoint``.
+
+        ``timeout`` (seconds) is the call's one deadline: pool waits, attempts,
+        hedges, backoffs and retries all spend from it. ``cache=False`` skips
+        the prediction cache for this call; ``cache_ttl`` overrides its TTL.
+        Raises a :class:`gateway.errors.GatewayError` subclass on failure.
+        """
+        if not self._started:
+            raise errors.GatewayError("the gateway is not started: use 'async with Gateway(...)'")
+        route = self._router.resolve(endpoint)
+        if timeout is None:
+            timeout = route.timeout_s or self._default_timeout
+        check_payload(body)
+        before_host = self._before_host(content_type, accept)
+        after_host: list[tuple[str, str]] = []
         if (
             target_model
             or target_variant
@@ -235,7 +321,7 @@ class Gateway:
             or inference_component
         ):
             self._add_sagemaker_headers(
-                headers,
+                after_host,
                 {
                     "custom_attributes": custom_attributes,
                     "enable_explanations": enable_explanations,
@@ -247,10 +333,60 @@ class Gateway:
                     "target_variant": target_variant,
                 },
             )
-        response = await self._send(paths.invoke_path, paths.invoke_prefix, headers, body, deadline)
-        if response.status == 200:
-            return result_from_response(response, endpoint)
-        raise decode_error(response)
+        call = CallSpec(
+            route,
+            target_model,
+            before_host,
+            after_host,
+            target_variant is not None,
+            body,
+            time.monotonic() + timeout,
+        )
+        # A session is stateful on the far side: never answer it from a cache.
+        if self._cache is None or not cache or session_id is not None:
+            return await self._invoker.invoke(call)
+        variant_key = _variant_key(
+            target_variant, custom_attributes, target_container_hostname, inference_component
+        )
+        return await self._invoke_cached(call, content_type, accept, variant_key, cache_ttl)
+
+    async def _invoke_cached(
+        self,
+        call: CallSpec,
+        content_type: str | None,
+        accept: str | None,
+        variant_key: str | None,
+        ttl: float | None,
+    ) -> InvokeResult:
+        cache = self._cache
+        assert cache is not None
+        name, model = call.route.name, call.model
+        version = self._versions.get((name, model)) or self._versions.get((name, None))
+        key = cache.key_for(name, model, variant_key, content_type, accept, version, call.body)
+        entry = cache.peek_near(key)
+        if entry is not None:
+            return _result_from_entry(entry, "near")
+        loaded: list[InvokeResult] = []
+
+        async def load() -> Entry:
+            result = await self._invoker.invoke(call)
+            loaded.append(result)
+            return _entry_from_result(result)
+
+        entry, source = await cache.get_or_load(key, load, ttl_s=ttl)
+        if source is CacheSource.LOADED and loaded:
+            return loaded[0]
+        return _result_from_entry(entry, source.value)
+
+    def set_cache_version(
+        self, endpoint: str, version: str, target_model: str | None = None
+    ) -> None:
+        """Tag cached answers of ``endpoint`` (or one of its models) with ``version``.
+
+        Bumping the tag after deploying a new model makes every answer cached
+        under the old tag unreachable: no stale prediction outlives a deploy.
+        """
+        self._versions[(endpoint, target_model)] = version
 
     async def invoke_stream(
         self,
@@ -270,35 +406,52 @@ class Gateway:
         """InvokeEndpointWithResponseStream: yields each ``PayloadPart``'s bytes.
 
         A ``ModelStreamError`` or ``InternalStreamFailure`` event mid-stream
-        raises ModelError / InternalFailure.
+        raises ModelError / InternalFailure. Streams are routed but never
+        hedged or retried: a partly delivered stream cannot be replayed.
         """
-        deadline = time.monotonic() + (timeout if timeout is not None else self._default_timeout)
-        paths = self._paths.get(endpoint) or self._endpoint_paths(endpoint)
+        route, state, plan = self._pick_single(endpoint)
+        if timeout is None:
+            timeout = route.timeout_s or self._default_timeout
+        deadline = time.monotonic() + timeout
         # The stream API names its accept header differently from InvokeEndpoint.
-        headers = self._base_headers(content_type, None)
+        headers = [*self._before_host(content_type, None), ("host", plan.host)]
         extra = {
             "custom_attributes": custom_attributes,
             "inference_component": inference_component,
             "inference_id": inference_id,
             "session_id": session_id,
             "target_container_hostname": target_container_hostname,
-            "target_variant": target_variant,
+            "target_variant": target_variant or plan.variant,
         }
         self._add_sagemaker_headers(headers, extra, accept=accept)
-        request = self._prepare(paths.stream_path, paths.stream_prefix, headers, body)
+        path = f"/endpoints/{plan.endpoint}/invocations-response-stream"
+        check_payload(body)
+        request = PreparedRequest(
+            plan.origin, path, SigV4Signer.request_prefix("POST", path), headers, body, plan.signer
+        )
         await self._ensure_credentials()
-        stream = await self._transport.stream(request, deadline)
+        started = route.start(state)
+        outcome_error: BaseException | None = None
         try:
-            if stream.status != 200:
-                raise decode_error(RawResponse(stream.status, stream.headers, await stream.read()))
-            decoder = EventStreamDecoder()
-            async for chunk in stream.chunks():
-                for message in decoder.feed(chunk):
-                    payload = _payload_or_raise(message)
-                    if payload is not None:
-                        yield payload
+            stream = await self._transport.stream(request, deadline)
+            try:
+                if stream.status != 200:
+                    raise decode_error(
+                        RawResponse(stream.status, stream.headers, await stream.read())
+                    )
+                decoder = EventStreamDecoder()
+                async for chunk in stream.chunks():
+                    for message in decoder.feed(chunk):
+                        payload = _payload_or_raise(message)
+                        if payload is not None:
+                            yield payload
+            finally:
+                await stream.aclose()
+        except BaseException as error:
+            outcome_error = error
+            raise
         finally:
-            await stream.aclose()
+            self._finish_single(route, state, plan, started, outcome_error)
 
     async def invoke_async(
         self,
@@ -314,9 +467,11 @@ class Gateway:
         timeout: float | None = None,
     ) -> AsyncInvocation:
         """InvokeEndpointAsync: queue a request whose input is already in S3."""
-        deadline = time.monotonic() + (timeout if timeout is not None else self._default_timeout)
-        paths = self._paths.get(endpoint) or self._endpoint_paths(endpoint)
-        headers = self._base_headers(None, None)
+        route, state, plan = self._pick_single(endpoint)
+        if timeout is None:
+            timeout = route.timeout_s or self._default_timeout
+        deadline = time.monotonic() + timeout
+        headers = [("host", plan.host)]
         pairs = [
             ("x-amzn-sagemaker-accept", accept),
             ("x-amzn-sagemaker-content-type", content_type),
@@ -329,18 +484,152 @@ class Gateway:
         headers.extend(
             (name, check_header_value(name, value)) for name, value in pairs if value is not None
         )
-        response = await self._send(paths.async_path, paths.async_prefix, headers, b"", deadline)
-        if response.status in (200, 202):
+        path = f"/endpoints/{plan.endpoint}/async-invocations"
+        request = PreparedRequest(
+            plan.origin, path, SigV4Signer.request_prefix("POST", path), headers, b"", plan.signer
+        )
+        await self._ensure_credentials()
+        started = route.start(state)
+        error: BaseException | None = None
+        try:
+            response = await self._transport.request(request, deadline)
+            if response.status not in (200, 202):
+                raise decode_error(response)
             return async_invocation_from_response(response)
-        raise decode_error(response)
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            self._finish_single(route, state, plan, started, error)
+
+    # -- operations ----------------------------------------------------------
+
+    def route_health(self) -> dict[str, bool]:
+        """Per configured route: is at least one target taking traffic?"""
+        return {
+            name: any(t.state is not TargetHealth.EJECTED for t in route.targets)
+            for name, route in self._router.routes.items()
+        }
+
+    def route(self, name: str) -> Route:
+        """The live route for ``name`` (a configured route or an endpoint's default)."""
+        return self._router.resolve(name)
+
+    @property
+    def router(self) -> Router:
+        return self._router
+
+    @property
+    def prediction_cache(self) -> PredictionCache | None:
+        return self._cache
+
+    @property
+    def transport(self) -> Transport:
+        return self._transport
+
+    @property
+    def origin(self) -> Origin | None:
+        return self._origin
+
+    def prometheus_collector(self) -> Any:
+        """A ``prometheus_client`` collector of the gateway's own metrics."""
+        return self.metrics.collector(self._extra_metrics)
+
+    def _extra_metrics(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        ejections = CounterMetricFamily(
+            "sagemaker_gateway_ejections", "Times a target was ejected", labels=["route", "target"]
+        )
+        state = GaugeMetricFamily(
+            "sagemaker_gateway_target_healthy",
+            "1 when the target takes traffic",
+            labels=["route", "target"],
+        )
+        for name, route in self._router.routes.items():
+            for target in route.targets:
+                ejections.add_metric([name, target.key], target.ejections)
+                state.add_metric([name, target.key], float(target.state is TargetHealth.HEALTHY))
+        yield ejections
+        yield state
+        if self._cache is not None:
+            stats = self._cache.stats
+            hits = CounterMetricFamily(
+                "sagemaker_gateway_cache_hits", "Cache hits by tier", labels=["tier"]
+            )
+            hits.add_metric(["near"], stats.near_hits)
+            hits.add_metric(["redis"], stats.redis_hits)
+            hits.add_metric(["stale"], stats.stale_served)
+            hits.add_metric(["coalesced"], stats.coalesced)
+            yield hits
+            yield CounterMetricFamily(
+                "sagemaker_gateway_cache_misses", "Cache misses", value=stats.misses
+            )
+            yield CounterMetricFamily(
+                "sagemaker_gateway_cache_redis_errors",
+                "Redis errors and timeouts (the cache failed open)",
+                value=stats.redis_errors + stats.redis_timeouts,
+            )
 
     # -- internals -----------------------------------------------------------
 
-    def _endpoint_paths(self, endpoint: str) -> _EndpointPath:
-        paths = _EndpointPath(endpoint)
-        if len(self._paths) < _MAX_CACHED_VALUES:
-            self._paths[endpoint] = paths
-        return paths
+    def _pick_single(self, endpoint: str) -> tuple[Route, TargetState, TargetPlan]:
+        if not self._started:
+            raise errors.GatewayError("the gateway is not started: use 'async with Gateway(...)'")
+        route = self._router.resolve(endpoint)
+        state = route.pick(None)
+        if state is None:
+            raise errors.NoHealthyTarget(f"route {route.name}: every target is ejected")
+        return route, state, self._invoker.plan(route, state)
+
+    def _finish_single(
+        self,
+        route: Route,
+        state: TargetState,
+        plan: TargetPlan,
+        started: float,
+        error: BaseException | None,
+    ) -> None:
+        from gateway._pipeline import outcome_of
+        from routing import Outcome
+
+        if error is None:
+            route.finish(state, started, Outcome.SUCCESS)
+            plan.metrics.record_success(time.monotonic() - started)
+        elif isinstance(error, asyncio.CancelledError | GeneratorExit):
+            route.finish(state, started, Outcome.CANCELLED)
+        else:
+            route.finish(state, started, outcome_of(error))
+            plan.metrics.record_error(getattr(error, "code", type(error).__name__))
+
+    async def _health_checks(self) -> None:
+        """Optional active checks: a cheap invocation to targets that are due."""
+        while True:
+            await asyncio.sleep(1.0)
+            for route in list(self._router.routes.values()):
+                check = route.config.health_check
+                if not check.enabled:
+                    continue
+                for state in route.targets:
+                    if route.due_for_health_check(state):
+                        healthy = await self._check_target(
+                            route, state, check.body, check.content_type
+                        )
+                        route.record_health_check(state, healthy)
+
+    async def _check_target(
+        self, route: Route, state: TargetState, body: bytes, content_type: str
+    ) -> bool:
+        plan = self._invoker.plan(route, state)
+        headers = [("content-type", content_type), ("host", plan.host)]
+        request = PreparedRequest(
+            plan.origin, plan.invoke_path, plan.invoke_prefix, headers, body, plan.signer
+        )
+        try:
+            response = await self._transport.request(request, time.monotonic() + 1.0)
+        except errors.GatewayError:
+            return False
+        return response.status == 200
 
     def _checked(self, name: str, value: str) -> str:
         # Most callers send the same few content types: validate each once.
@@ -351,14 +640,13 @@ class Gateway:
                 self._checked_values[value] = checked
         return checked
 
-    def _base_headers(self, content_type: str | None, accept: str | None) -> list[tuple[str, str]]:
-        """The signable headers up to ``host``, in SigV4's sorted order."""
+    def _before_host(self, content_type: str | None, accept: str | None) -> list[tuple[str, str]]:
+        """The signable headers that sort before ``host``, in SigV4's order."""
         headers: list[tuple[str, str]] = []
         if accept is not None:
             headers.append(("accept", self._checked("accept", accept)))
         if content_type is not None:
             headers.append(("content-type", self._checked("content-type", content_type)))
-        headers.append(("host", self._host_header))
         return headers
 
     @staticmethod
@@ -373,39 +661,64 @@ class Gateway:
             if value is not None:
                 headers.append((header, check_header_value(argument, value)))
 
-    def _prepare(
-        self, path: str, prefix: str, headers: list[tuple[str, str]], body: bytes
-    ) -> PreparedRequest:
-        if not self._started:
-            raise errors.GatewayError("the gateway is not started: use 'async with Gateway(...)'")
-        check_payload(body)
-        assert self._origin is not None
-        return PreparedRequest(self._origin, path, prefix, headers, body, self._signer)
-
     async def _ensure_credentials(self) -> None:
         credentials = self._credentials
         if credentials is not None and credentials.must_wait():
             await credentials.fresh()
 
-    async def _send(
-        self,
-        path: str,
-        prefix: str,
-        headers: list[tuple[str, str]],
-        body: bytes,
-        deadline: float,
-    ) -> RawResponse:
-        request = self._prepare(path, prefix, headers, body)
-        await self._ensure_credentials()
-        return await self._transport.request(request, deadline)
 
-    @property
-    def transport(self) -> Transport:
-        return self._transport
+def _route_configs(config: GatewayConfig) -> list[RouteConfig]:
+    routes = config.sections.get("routes")
+    if not routes:
+        return []
+    try:
+        return list(parse_routes(routes).values())
+    except RouteConfigError as exc:
+        raise errors.ConfigError(str(exc)) from None
 
-    @property
-    def origin(self) -> Origin | None:
-        return self._origin
+
+def _make_cache(explicit: CacheConfig | None, config: GatewayConfig) -> PredictionCache | None:
+    if explicit is None:
+        section = config.sections.get("cache")
+        if section is None:
+            return None
+        try:
+            explicit = CacheConfig.from_mapping(section)
+        except CacheConfigError as exc:
+            raise errors.ConfigError(str(exc)) from None
+    return PredictionCache(explicit) if explicit.enabled else None
+
+
+def _variant_key(
+    variant: str | None, attributes: str | None, hostname: str | None, component: str | None
+) -> str | None:
+    """Everything besides the body that can change a model's answer, as one key part."""
+    if attributes is None and hostname is None and component is None:
+        return variant
+    return "\x1f".join(part or "" for part in (variant, attributes, hostname, component))
+
+
+def _entry_from_result(result: InvokeResult) -> Entry:
+    meta: list[tuple[str, str]] = []
+    if result.invoked_variant is not None:
+        meta.append((_META_VARIANT, result.invoked_variant))
+    if result.custom_attributes is not None:
+        meta.append((_META_ATTRIBUTES, result.custom_attributes))
+    if result.target is not None:
+        meta.append((_META_TARGET, result.target))
+    return Entry(result.body, result.content_type or "", tuple(meta))
+
+
+def _result_from_entry(entry: Entry, source: str) -> InvokeResult:
+    return InvokeResult(
+        body=entry.body,
+        content_type=entry.content_type or None,
+        invoked_variant=entry.meta_value(_META_VARIANT),
+        custom_attributes=entry.meta_value(_META_ATTRIBUTES),
+        target=entry.meta_value(_META_TARGET),
+        attempts=0,
+        cache=source,
+    )
 
 
 def _payload_or_raise(message: Message) -> bytes | None:
