@@ -1,0 +1,156 @@
+"""The prediction cache behind ``Gateway.invoke``: near tier, Redis tier, single-flight,
+version tags, and failing open when Redis dies, against the emulator and real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from gateway import Gateway, errors
+from gateway.emulator import Emulator, EmulatorConfig
+from tests._redis_procs import RedisServer, shared_redis_available
+
+
+@pytest.fixture
+async def emulator() -> AsyncIterator[Emulator]:
+    config = EmulatorConfig.from_dict(
+        {
+            "endpoints": {
+                "echo": {},
+                "slow": {"latency": {"base_ms": 50}},
+                "broken": {"faults": {"error_rates": {"ValidationError": 1.0}}},
+            }
+        }
+    )
+    async with Emulator(config) as emu:
+        yield emu
+
+
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    if shared_redis_available():
+        yield "redis://127.0.0.1:6379/0"
+        return
+    with RedisServer.running() as server:
+        yield server.url
+
+
+def _cache(redis_url: str | None = None, **overrides: Any) -> dict[str, Any]:
+    # A namespace per test keeps tests sharing one Redis out of each other's way.
+    config: dict[str, Any] = {"namespace": f"t-{uuid.uuid4().hex[:12]}", "ttl_s": 60}
+    if redis_url is not None:
+        config["redis_url"] = redis_url
+    config.update(overrides)
+    return config
+
+
+def _gateway(emu: Emulator, cache: dict[str, Any]) -> Gateway:
+    return Gateway("us-east-1", endpoint_url=emu.url, credentials=("AK", "SK"), cache=cache)
+
+
+async def test_a_repeated_call_is_answered_by_the_near_tier(emulator: Emulator) -> None:
+    async with _gateway(emulator, _cache()) as gw:
+        first = await gw.invoke("echo", b"1,2,3", content_type="text/csv", timeout=2)
+        second = await gw.invoke("echo", b"1,2,3", content_type="text/csv", timeout=2)
+    assert first.cache is None and first.body == b"1,2,3"
+    assert second.cache == "near"
+    assert (second.body, second.content_type, second.invoked_variant) == (
+        first.body,
+        first.content_type,
+        first.invoked_variant,
+    )
+    assert emulator.stats.count(endpoint="echo") == 1
+
+
+async def test_what_changes_the_answer_changes_the_key(emulator: Emulator) -> None:
+    async with _gateway(emulator, _cache()) as gw:
+        await gw.invoke("echo", b"a", content_type="text/csv")
+        await gw.invoke("echo", b"b", content_type="text/csv")
+        await gw.invoke("echo", b"a", content_type="application/json")
+        await gw.invoke("echo", b"a", content_type="text/csv", accept="text/csv")
+        await gw.invoke("echo", b"a", content_type="text/csv", custom_attributes="k=v")
+    assert emulator.stats.count(endpoint="echo") == 5
+
+
+async def test_a_second_process_is_answered_from_redis(emulator: Emulator, redis_url: str) -> None:
+    shared = _cache(redis_url)
+    async with _gateway(emulator, shared) as first:
+        await first.invoke("echo", b"shared", content_type="text/csv")
+        await first.prediction_cache.flush_writes()  # type: ignore[union-attr]
+    async with _gateway(emulator, shared) as second:
+        result = await second.invoke("echo", b"shared", content_type="text/csv")
+    assert result.cache == "redis"
+    assert result.body == b"shared"
+    assert emulator.stats.count(endpoint="echo") == 1
+
+
+async def test_concurrent_identical_misses_make_one_upstream_call(emulator: Emulator) -> None:
+    async with _gateway(emulator, _cache()) as gw:
+        calls = [gw.invoke("slow", b"same", content_type="text/csv", timeout=2) for _ in range(20)]
+        results = await asyncio.gather(*calls)
+        stats = gw.prediction_cache.stats  # type: ignore[union-attr]
+    assert {r.body for r in results} == {b"same"}
+    assert emulator.stats.count(endpoint="slow") == 1
+    assert stats.coalesced == 19
+
+
+async def test_bumping_the_version_tag_misses(emulator: Emulator) -> None:
+    async with _gateway(emulator, _cache()) as gw:
+        await gw.invoke("echo", b"v", content_type="text/csv")
+        assert (await gw.invoke("echo", b"v", content_type="text/csv")).cache == "near"
+        gw.set_cache_version("echo", "model-v2")
+        assert (await gw.invoke("echo", b"v", content_type="text/csv")).cache is None
+    assert emulator.stats.count(endpoint="echo") == 2
+
+
+async def test_errors_are_never_cached(emulator: Emulator) -> None:
+    async with _gateway(emulator, _cache()) as gw:
+        for _ in range(2):
+            with pytest.raises(errors.ValidationError):
+                await gw.invoke("broken", b"x")
+    assert emulator.stats.count(endpoint="broken") == 2
+
+
+async def test_cache_false_and_sessions_bypass_the_cache(emulator: Emulator) -> None:
+    async with _gateway(emulator, _cache()) as gw:
+        await gw.invoke("echo", b"x")
+        assert (await gw.invoke("echo", b"x", cache=False)).cache is None
+        assert (await gw.invoke("echo", b"x", session_id="NEW_SESSION")).cache is None
+    assert emulator.stats.count(endpoint="echo") == 3
+
+
+async def test_redis_dying_and_returning_never_fails_a_call(emulator: Emulator) -> None:
+    with RedisServer.running() as redis_server:
+        config = _cache(
+            redis_server.url, near_max_entries=1, circuit_failures=2, circuit_reset_s=0.2
+        )
+        async with _gateway(emulator, config) as gw:
+            cache = gw.prediction_cache
+            assert cache is not None
+            for i in range(10):
+                await gw.invoke("echo", f"{i}".encode())
+            redis_server.kill()
+            for i in range(10, 30):
+                # Every call succeeds through the emulator while Redis is gone.
+                assert (await gw.invoke("echo", f"{i}".encode(), timeout=2)).body == f"{i}".encode()
+            assert cache.stats.redis_errors + cache.stats.redis_timeouts > 0
+            assert cache.stats.circuit_opens >= 1
+
+            redis_server.start()
+            # Lookups trigger the half-open trial once circuit_reset_s has passed.
+            for attempt in range(50):
+                await gw.invoke("echo", f"probe-{attempt}".encode())
+                if cache.stats.circuit_state == "closed":
+                    break
+                await asyncio.sleep(0.1)
+            assert cache.stats.circuit_state == "closed"
+            await gw.invoke("echo", b"after-restart")
+            await cache.flush_writes()
+            cache.clear_near()
+            again = await gw.invoke("echo", b"after-restart")
+            assert again.cache == "redis"
+            assert cache.stats.circuit_state == "closed"
