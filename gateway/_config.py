@@ -7,6 +7,8 @@ Secrets never appear in ``repr``.
 
 from __future__ import annotations
 
+import math
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -30,13 +32,31 @@ def _reject_unknown(section: str, mapping: Mapping[str, Any], allowed: set[str])
             raise ConfigError(f"{where}: unknown key (allowed: {', '.join(sorted(allowed))})")
 
 
-def _number(where: str, value: Any, *, minimum: float = 0.0, integer: bool = False) -> Any:
+def _number(
+    where: str,
+    value: Any,
+    *,
+    minimum: float = 0.0,
+    maximum: float | None = None,
+    integer: bool = False,
+) -> Any:
     kind = "an integer" if integer else "a number"
     if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
         raise ConfigError(f"{where}: must be {kind}, got {value!r}")
+    # TOML has nan and inf; neither is a usable timeout or size.
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where}: must be a finite number, got {value!r}")
     if value < minimum:
         raise ConfigError(f"{where}: must be {kind} >= {minimum:g}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{where}: must be {kind} <= {maximum:g}, got {value!r}")
     return value
+
+
+# Linux's limits for TCP_KEEPIDLE / TCP_KEEPINTVL (seconds) and TCP_KEEPCNT.
+_KEEPALIVE_MAX = {"keepalive_idle_s": 32767, "keepalive_interval_s": 32767, "keepalive_count": 127}
+# AWS region names, as botocore validates them.
+_REGION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,16 +83,36 @@ class PoolConfig:
                 if not isinstance(value, bool):
                     raise ConfigError(f"{where}: must be true or false")
                 values[key] = value
-            elif key in ("max_connections", "keepalive_count", "keepalive_interval_s"):
+            elif key in _KEEPALIVE_MAX:
+                values[key] = _number(
+                    where, value, minimum=1, maximum=_KEEPALIVE_MAX[key], integer=True
+                )
+            elif key == "max_connections":
                 values[key] = _number(where, value, minimum=1, integer=True)
-            elif key in ("prewarm", "keepalive_idle_s"):
+            elif key == "prewarm":
                 values[key] = _number(where, value, minimum=0, integer=True)
             else:
                 values[key] = float(_number(where, value, minimum=0.001))
-        config = cls(**values)
-        if config.prewarm > config.max_connections:
-            raise ConfigError(f"{section}.prewarm: must not exceed max_connections")
-        return config
+        return cls(**values)
+
+    def __post_init__(self) -> None:
+        # Built directly (Gateway(pool=PoolConfig(...))) the values are checked too.
+        for item in fields(self):
+            value = getattr(self, item.name)
+            where = f"pool.{item.name}"
+            if item.name == "tls_verify":
+                if not isinstance(value, bool):
+                    raise ConfigError(f"{where}: must be true or false")
+            elif item.name in _KEEPALIVE_MAX:
+                _number(where, value, minimum=1, maximum=_KEEPALIVE_MAX[item.name], integer=True)
+            elif item.name == "max_connections":
+                _number(where, value, minimum=1, integer=True)
+            elif item.name == "prewarm":
+                _number(where, value, minimum=0, integer=True)
+            else:
+                _number(where, value, minimum=0.001)
+        if self.prewarm > self.max_connections:
+            raise ConfigError("pool.prewarm: must not exceed max_connections")
 
     def transport_options(self) -> TransportOptions:
         return TransportOptions(
@@ -151,12 +191,26 @@ class GatewayConfig:
         values["sections"] = {
             name: _table(name, mapping[name]) for name in _DELEGATED_SECTIONS if name in mapping
         }
-        config = cls(**values)
-        if config.endpoint_url is not None:
+        return cls(**values)
+
+    def __post_init__(self) -> None:
+        # Gateway(...) builds the config directly: validate here, not only in from_mapping.
+        if self.region is not None:
+            _string("region", self.region)
+            if not _REGION.fullmatch(self.region):
+                raise ConfigError(f"region: not a valid AWS region name: {self.region!r}")
+        if self.profile is not None:
+            _string("profile", self.profile)
+        _choice("transport", self.transport, ("native", "httpx"))
+        _bool("use_fips_endpoint", self.use_fips_endpoint)
+        _bool("use_dualstack_endpoint", self.use_dualstack_endpoint)
+        if self.default_timeout_ms is not None:
+            _number("default_timeout_ms", self.default_timeout_ms, minimum=0.001)
+        if self.endpoint_url is not None:
             from gateway._wire import Origin
 
-            Origin.from_url(config.endpoint_url)
-        return config
+            _string("endpoint_url", self.endpoint_url)
+            Origin.from_url(self.endpoint_url)
 
 
 def _table(where: str, value: Any) -> Mapping[str, Any]:

@@ -69,6 +69,12 @@ class CredentialSource:
         self._refresh: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._last_failed = False
+        # Clock time before which no new attempt starts after a failed refresh.
+        self._retry_at = 0.0
+        # Clock time before which no *background* refresh starts: set when a
+        # refresh brought credentials already inside the advisory window.
+        self._quiet_until = 0.0
+        self._closed = False
         self.refreshes = 0
         self.refresh_failures = 0
 
@@ -95,18 +101,42 @@ class CredentialSource:
         return credentials
 
     def must_wait(self) -> bool:
-        """True when the credentials are inside the mandatory window (or past expiry)."""
+        """True when the credentials are inside the mandatory window (or past expiry).
+
+        Inside the advisory window it also starts a background refresh if none
+        is running: the timer alone would be late after a suspend (it runs on
+        the monotonic clock, expiry is wall-clock time) and never fires under a
+        test's clock.
+        """
         credentials = self._credentials
         if credentials is None or credentials.expiry is None:
             return credentials is None
-        return credentials.expiry - self._clock() <= self._mandatory
+        now = self._clock()
+        left = credentials.expiry - now
+        if (
+            left <= self._advisory
+            and now >= self._retry_at
+            and now >= self._quiet_until
+            and not self._refreshing()
+        ):
+            with contextlib.suppress(RuntimeError):  # no running loop: the timer will do
+                self._start_refresh()
+        return left <= self._mandatory
+
+    def _refreshing(self) -> bool:
+        return self._refresh is not None and not self._refresh.done()
 
     async def fresh(self) -> Credentials:
-        """Credentials safe to sign with; waits only inside the mandatory window."""
+        """Credentials safe to sign with; waits only inside the mandatory window.
+
+        After a failed refresh a new attempt waits ``retry_s``: calls meanwhile
+        get the old credentials while they last, never a fetch each.
+        """
         if self.must_wait():
-            self._start_refresh()
-            assert self._refresh is not None
-            await asyncio.shield(self._refresh)
+            if self._refreshing() or self._clock() >= self._retry_at:
+                self._start_refresh()
+                assert self._refresh is not None
+                await asyncio.shield(self._refresh)
             if self.must_wait():
                 credentials = self._credentials
                 if credentials is None or (
@@ -121,19 +151,30 @@ class CredentialSource:
     def _schedule(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
+            self._timer = None
+        if self._closed:
+            return
         credentials = self._credentials
         if credentials is None:
             delay = self._retry
         elif credentials.expiry is None:
             return  # static credentials never need a refresh
         else:
-            # After a failed refresh, wait before the next try instead of spinning.
-            floor = self._retry if self._last_failed else 0.0
-            delay = max(credentials.expiry - self._advisory - self._clock(), floor)
+            # After a failed refresh, or one that brought credentials already inside
+            # the advisory window, wait retry_s before the next try instead of spinning.
+            now = self._clock()
+            delay = max(
+                credentials.expiry - self._advisory - now,
+                self._retry_at - now,
+                self._quiet_until - now,
+                0.0,
+            )
         loop = asyncio.get_running_loop()
         self._timer = loop.call_later(delay, self._start_refresh)
 
     def _start_refresh(self) -> None:
+        if self._closed:
+            return
         if self._refresh is None or self._refresh.done():
             self._refresh = asyncio.get_running_loop().create_task(self._run_refresh())
             self._refresh.add_done_callback(lambda _: self._schedule())
@@ -147,12 +188,18 @@ class CredentialSource:
             log.warning("credential refresh failed: %s", type(exc).__name__)
             # Keep serving with what we have; _schedule retries after retry_s.
             self._last_failed = True
+            self._retry_at = self._clock() + self._retry
             return
         self._last_failed = False
+        now = self._clock()
+        soon = credentials.expiry is not None and credentials.expiry - now <= self._advisory
+        self._retry_at = 0.0
+        self._quiet_until = now + self._retry if soon else 0.0
         self._credentials = credentials
         self.refreshes += 1
 
     async def aclose(self) -> None:
+        self._closed = True
         if self._timer is not None:
             self._timer.cancel()
         if self._refresh is not None and not self._refresh.done():

@@ -8,6 +8,7 @@ milliseconds and signatures valid for five minutes that is harmless.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 
@@ -21,15 +22,27 @@ __all__ = ["HttpxTransport"]
 
 
 class _HttpxStream:
-    def __init__(self, response: httpx.Response) -> None:
+    def __init__(self, response: httpx.Response, deadline: float) -> None:
         self._response = response
+        self._deadline = deadline
         self.status = response.status_code
         self.headers = {name.lower(): value for name, value in response.headers.items()}
 
     async def chunks(self) -> AsyncIterator[bytes]:
+        # httpx's read timeout is per read; the call's deadline covers the whole body.
+        iterator = self._response.aiter_raw()
         try:
-            async for chunk in self._response.aiter_raw():
+            while True:
+                try:
+                    async with asyncio.timeout(self._deadline - time.monotonic()):
+                        chunk = await anext(iterator)
+                except StopAsyncIteration:
+                    return
                 yield chunk
+        except TimeoutError:
+            raise errors.DeadlineExceeded("the call's deadline passed mid-stream") from None
+        except httpx.TimeoutException:
+            raise errors.ReadTimeout("no stream data within the read timeout") from None
         except httpx.TransportError as exc:
             raise _translate(exc, sent=True) from None
 
@@ -56,16 +69,20 @@ class HttpxTransport:
             verify=self.options.ssl_context or self.options.tls_verify,
             timeout=None,
         )
+        if self._owns_client:
+            # Send what the native transport sends: no "accept: */*" the caller did not
+            # ask for (SageMaker hands Accept to the model), no compression offer.
+            for name in ("accept", "accept-encoding"):
+                del self._client.headers[name]
 
     async def start(self, origins: list[Origin]) -> None:
         """httpx opens connections lazily; nothing to prewarm."""
 
-    def _timeout(self, deadline: float) -> tuple[httpx.Timeout, bool]:
+    def _timeout(self, deadline: float) -> tuple[httpx.Timeout, float]:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise errors.DeadlineExceeded("the call's deadline passed before sending")
         options = self.options
-        deadline_bound = remaining < options.read_timeout
         return (
             httpx.Timeout(
                 connect=min(options.connect_timeout, remaining),
@@ -73,11 +90,11 @@ class HttpxTransport:
                 write=min(options.read_timeout, remaining),
                 pool=min(options.pool_timeout, remaining),
             ),
-            deadline_bound,
+            remaining,
         )
 
-    def _build(self, request: PreparedRequest, deadline: float) -> tuple[httpx.Request, bool]:
-        timeout, deadline_bound = self._timeout(deadline)
+    def _build(self, request: PreparedRequest, deadline: float) -> tuple[httpx.Request, float]:
+        timeout, remaining = self._timeout(deadline)
         origin = request.origin
         headers = [(name, value) for name, value in request.final_headers() if name != "host"]
         headers.append(("user-agent", USER_AGENT))
@@ -89,49 +106,67 @@ class HttpxTransport:
             headers=headers,
             extensions={"timeout": timeout.as_dict()},
         )
-        return built, deadline_bound
+        return built, remaining
 
     async def request(self, request: PreparedRequest, deadline: float) -> RawResponse:
-        built, deadline_bound = self._build(request, deadline)
+        built, remaining = self._build(request, deadline)
         self.stats.requests += 1
         try:
-            response = await self._client.send(built)
+            # httpx's timeouts are per phase and per read; the deadline bounds the whole call.
+            async with asyncio.timeout(remaining):
+                response = await self._client.send(built)
+        except TimeoutError:
+            raise errors.DeadlineExceeded("the call's deadline passed") from None
         except httpx.TimeoutException as exc:
-            raise _timeout_error(exc, deadline_bound) from None
+            raise _timeout_error(exc, remaining, self.options) from None
         except httpx.TransportError as exc:
             raise _translate(exc, sent=not isinstance(exc, httpx.ConnectError)) from None
         headers = {name.lower(): value for name, value in response.headers.items()}
         return RawResponse(response.status_code, headers, response.content)
 
     async def stream(self, request: PreparedRequest, deadline: float) -> _HttpxStream:
-        built, deadline_bound = self._build(request, deadline)
+        built, remaining = self._build(request, deadline)
         self.stats.requests += 1
         try:
-            response = await self._client.send(built, stream=True)
+            async with asyncio.timeout(remaining):
+                response = await self._client.send(built, stream=True)
+        except TimeoutError:
+            raise errors.DeadlineExceeded("the call's deadline passed") from None
         except httpx.TimeoutException as exc:
-            raise _timeout_error(exc, deadline_bound) from None
+            raise _timeout_error(exc, remaining, self.options) from None
         except httpx.TransportError as exc:
             raise _translate(exc, sent=not isinstance(exc, httpx.ConnectError)) from None
-        return _HttpxStream(response)
+        return _HttpxStream(response, deadline)
 
     def open_connections(self) -> int:
+        """Connections httpcore could still use: it drops dead idle ones only lazily."""
         pool = getattr(self._client._transport, "_pool", None)
         connections = getattr(pool, "connections", [])
-        return len(connections)
+        return sum(
+            1
+            for connection in connections
+            if not connection.is_closed()
+            and not (connection.is_idle() and connection.has_expired())
+        )
 
     async def aclose(self) -> None:
         if self._owns_client:
             await self._client.aclose()
 
 
-def _timeout_error(exc: httpx.TimeoutException, deadline_bound: bool) -> errors.GatewayError:
-    if deadline_bound:
-        return errors.DeadlineExceeded("the call's deadline passed")
+def _timeout_error(
+    exc: httpx.TimeoutException, remaining: float, options: TransportOptions
+) -> errors.GatewayError:
+    """The timeout that fired: the deadline only when it was shorter than that phase's limit."""
     if isinstance(exc, httpx.PoolTimeout):
-        return errors.PoolTimeout(str(exc) or "no pooled connection became free in time")
-    if isinstance(exc, httpx.ConnectTimeout):
-        return errors.ConnectTimeout(str(exc) or "connect timed out")
-    return errors.ReadTimeout(str(exc) or "read timed out")
+        if remaining >= options.pool_timeout:
+            return errors.PoolTimeout(str(exc) or "no pooled connection became free in time")
+    elif isinstance(exc, httpx.ConnectTimeout):
+        if remaining >= options.connect_timeout:
+            return errors.ConnectTimeout(str(exc) or "connect timed out")
+    elif remaining >= options.read_timeout:
+        return errors.ReadTimeout(str(exc) or "read timed out")
+    return errors.DeadlineExceeded("the call's deadline passed")
 
 
 def _translate(exc: httpx.TransportError, *, sent: bool) -> errors.TransportError:

@@ -94,7 +94,7 @@ class _Race:
 
     def __init__(self, caller: asyncio.Task[object]) -> None:
         self.caller = caller
-        self.hedge_task: asyncio.Task[InvokeResult] | None = None
+        self.hedge_task: asyncio.Task[InvokeResult | None] | None = None
         self.hedge_result: InvokeResult | None = None
         self.primary_done = False
         self.woke_caller = False
@@ -111,7 +111,7 @@ def outcome_of(error: BaseException) -> Outcome:
     return _NEUTRAL
 
 
-def _retrieve(task: asyncio.Task[InvokeResult]) -> None:
+def _retrieve(task: asyncio.Task[InvokeResult | None]) -> None:
     # A hedge that failed after the call was settled is recorded in the route
     # and metrics already; reading the exception keeps asyncio from warning.
     if not task.cancelled():
@@ -243,20 +243,28 @@ class Invoker:
         return self._stamp(call, result)
 
     def _fire_hedge(self, call: CallSpec, race: _Race, primary: TargetState) -> None:
-        route = call.route
-        if race.primary_done or not route.try_acquire_hedge():
+        if race.primary_done:
             return
-        backup = route.pick(call.model, exclude=(primary,), reuse_excluded=True)
-        if backup is None:
-            return
-        call.hedged = True
-        self.metrics.bump(self.metrics.hedges, route.name)
-        task = asyncio.get_running_loop().create_task(self._hedge(call, race, backup))
+        task = asyncio.get_running_loop().create_task(self._hedge(call, race, primary))
         task.add_done_callback(_retrieve)
         race.hedge_task = task
 
-    async def _hedge(self, call: CallSpec, race: _Race, backup: TargetState) -> InvokeResult:
-        started = call.route.start_backup(backup)
+    async def _hedge(
+        self, call: CallSpec, race: _Race, primary: TargetState
+    ) -> InvokeResult | None:
+        # The timer can fire in the same loop turn as the primary's answer,
+        # before the caller resumes: yield once so such a hedge is never sent
+        # and never spends a budget token.
+        await asyncio.sleep(0)
+        route = call.route
+        if race.primary_done or not route.try_acquire_hedge():
+            return None
+        backup = route.pick(call.model, exclude=(primary,), reuse_excluded=True)
+        if backup is None:
+            return None
+        call.hedged = True
+        self.metrics.bump(self.metrics.hedges, route.name)
+        started = route.start_backup(backup)
         result = await self._attempt_recorded(call, backup, started)
         race.hedge_result = result
         if not race.primary_done:
@@ -283,6 +291,8 @@ class Invoker:
             result = await task
         except errors.GatewayError as hedge_error:
             return await self._after_failure(call, hedge_error, [primary])
+        if result is None:  # the hedge stood down without sending anything
+            return await self._after_failure(call, error, [primary])
         self.metrics.bump(self.metrics.hedge_wins, call.route.name)
         return self._stamp(call, result)
 

@@ -123,6 +123,10 @@ class _Connection(asyncio.Protocol):
         self._got_bytes = False
         self._headers_done = False
         self._keep_alive = True
+        # No Content-Length and not chunked: the body ends when the server closes.
+        self._close_delimited = False
+        # The request in flight went out on a socket taken from the idle stack.
+        self._reused = False
         self.closed = False
         self.requests_served = 0
         self.last_used = time.monotonic()
@@ -140,6 +144,11 @@ class _Connection(asyncio.Protocol):
         self._pool.options_apply(self._transport)
 
     def data_received(self, data: bytes) -> None:
+        if self._waiter is None and self._stream is None and not self._abandoned:
+            # Bytes nobody asked for (an idle socket, or a response after the
+            # one just read): the connection's framing cannot be trusted.
+            self.close()
+            return
         self._got_bytes = True
         try:
             self._parser.feed_data(data)
@@ -156,7 +165,7 @@ class _Connection(asyncio.Protocol):
         if self._headers_done and not self._complete_pending_close():
             return
         if self._waiter is not None or self._stream is not None:
-            if not self._got_bytes and self.requests_served > 0:
+            if not self._got_bytes and self._reused:
                 error: errors.TransportError = errors.StaleConnection(
                     "keep-alive connection closed before the response", sent=True
                 )
@@ -168,6 +177,10 @@ class _Connection(asyncio.Protocol):
         """A response delimited by the close itself is complete now; True if not."""
         if self._waiter is None and self._stream is None:
             return True
+        if not self._close_delimited:
+            # Content-Length or chunked framing cut short: a truncated body.
+            self._fail(errors.ReadError("connection closed in the middle of the response body"))
+            return False
         with contextlib.suppress(httptools.HttpParserError):
             self._parser.feed_data(b"")
         if self._waiter is not None or self._stream is not None:
@@ -186,7 +199,13 @@ class _Connection(asyncio.Protocol):
         self._status = self._parser.get_status_code()
         self._keep_alive = self._parser.should_keep_alive()
         self._headers_done = True
-        if self._stream is not None:
+        headers = self._headers
+        self._close_delimited = (
+            "content-length" not in headers
+            and "chunked" not in headers.get("transfer-encoding", "").lower()
+            and self._status not in (204, 304)
+        )
+        if self._stream is not None and self._status >= 200:
             self._stream.headers_ready(self._status, self._headers)
 
     def on_body(self, body: bytes) -> None:
@@ -225,17 +244,19 @@ class _Connection(asyncio.Protocol):
 
     # the request side
 
-    def send(self, data: bytes) -> asyncio.Future[RawResponse]:
+    def send(self, data: bytes, reused: bool) -> asyncio.Future[RawResponse]:
         assert self._transport is not None
         self._waiter = self._loop.create_future()
         self._got_bytes = False
+        self._reused = reused
         self._transport.write(data)
         return self._waiter
 
-    def send_streaming(self, data: bytes) -> _NativeStream:
+    def send_streaming(self, data: bytes, reused: bool) -> _NativeStream:
         assert self._transport is not None
         self._stream = _NativeStream(self)
         self._got_bytes = False
+        self._reused = reused
         self._transport.write(data)
         return self._stream
 
@@ -259,6 +280,9 @@ class _Connection(asyncio.Protocol):
             self._transport.resume_reading()
 
     def close(self) -> None:
+        if self._drain_timer is not None:
+            self._drain_timer.cancel()
+            self._drain_timer = None
         if not self.closed:
             self.closed = True
             self._pool.forget(self)
@@ -298,6 +322,13 @@ class _NativeStream:
         self._done = False
         self._error: errors.GatewayError | None = None
         self._wakeup: asyncio.Future[None] | None = None
+        # The call's deadline still applies while the body streams in.
+        self.timer: asyncio.TimerHandle | None = None
+
+    def _stop_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
     def headers_ready(self, status: int, headers: dict[str, str]) -> None:
         self.status, self.headers = status, headers
@@ -314,9 +345,11 @@ class _NativeStream:
 
     def finish(self) -> None:
         self._done = True
+        self._stop_timer()
         self._wake()
 
     def fail(self, error: errors.GatewayError) -> None:
+        self._stop_timer()
         self._error = error
         if not self._head_waiter.done():
             self._head_waiter.set_exception(error)
@@ -351,7 +384,8 @@ class _NativeStream:
         return b"".join([chunk async for chunk in self.chunks()])
 
     async def aclose(self) -> None:
-        if not self._done:
+        self._stop_timer()
+        if not self._done and self._error is None:
             # An unfinished stream leaves the socket mid-response: close it.
             self._connection.close()
 
@@ -405,7 +439,7 @@ class _OriginPool:
         )
         self._addresses = [(str(info[4][0]), origin.port) for info in infos]
 
-    async def _open_connection(self, timeout: float) -> _Connection:
+    async def _open_connection(self, timeout: float, deadline_bound: bool = False) -> _Connection:
         if not self._addresses:
             try:
                 await asyncio.wait_for(self.resolve(), timeout)
@@ -423,6 +457,10 @@ class _OriginPool:
                         server_hostname=self.origin.host if self._ssl else None,
                     )
             except TimeoutError:
+                if deadline_bound:
+                    raise errors.DeadlineExceeded(
+                        "the call's deadline passed while connecting"
+                    ) from None
                 raise errors.ConnectTimeout(
                     f"connect to {self.origin.host_header} took over {timeout * 1000:.0f} ms"
                 ) from None
@@ -443,7 +481,6 @@ class _OriginPool:
         for connection in opened:
             if isinstance(connection, _Connection):
                 self._push_idle(connection)
-        self._schedule_reaper()
 
     # acquire / release
 
@@ -471,20 +508,24 @@ class _OriginPool:
         return None
 
     async def _connect_within(self, deadline: float, now: float) -> _Connection:
-        timeout = min(self.options.connect_timeout, deadline - now)
-        if timeout <= 0:
+        remaining = deadline - now
+        if remaining <= 0:
             raise errors.DeadlineExceeded("deadline passed before a connection could be opened")
+        timeout = min(self.options.connect_timeout, remaining)
         self._connecting += 1
         try:
-            return await self._open_connection(timeout)
+            return await self._open_connection(timeout, remaining < self.options.connect_timeout)
         finally:
             self._connecting -= 1
 
     async def _wait_for_release(self, deadline: float, now: float) -> tuple[_Connection, bool]:
         waiter: asyncio.Future[_Connection | None] = self.loop.create_future()
         self._waiters.append(waiter)
-        limit = min(self.options.pool_timeout, deadline - now)
-        timer = self.loop.call_later(max(limit, 0.0), _expire, waiter)
+        remaining = deadline - now
+        limit = min(self.options.pool_timeout, remaining)
+        timer = self.loop.call_later(
+            max(limit, 0.0), _expire, waiter, remaining < self.options.pool_timeout
+        )
         try:
             connection = await waiter
         except asyncio.CancelledError:
@@ -529,6 +570,8 @@ class _OriginPool:
 
     def _push_idle(self, connection: _Connection) -> None:
         self._idle.append(connection)
+        if self._reaper is None:
+            self._schedule_reaper()
 
     def forget(self, connection: _Connection) -> None:
         if connection in self._open:
@@ -554,7 +597,8 @@ class _OriginPool:
             elif not connection.closed:
                 keep.append(connection)
         self._idle = keep
-        self._schedule_reaper()
+        if keep:
+            self._schedule_reaper()
 
     @property
     def open_connections(self) -> int:
@@ -577,9 +621,14 @@ class _OriginPool:
         await asyncio.sleep(0)
 
 
-def _expire(waiter: asyncio.Future[_Connection | None]) -> None:
+def _expire(waiter: asyncio.Future[_Connection | None], deadline_bound: bool) -> None:
     if not waiter.done():
-        waiter.set_exception(errors.PoolTimeout("no pooled connection became free in time"))
+        if deadline_bound:
+            waiter.set_exception(
+                errors.DeadlineExceeded("the call's deadline passed waiting for a connection")
+            )
+        else:
+            waiter.set_exception(errors.PoolTimeout("no pooled connection became free in time"))
 
 
 # -- the transport ----------------------------------------------------------
@@ -635,7 +684,7 @@ class NativeTransport:
             self.stats.reused += 1
         body = request.body
         head = encode_head(request.path, request.final_headers(), len(body))
-        waiter = connection.send(head + body if len(body) < 65536 else head)
+        waiter = connection.send(head + body if len(body) < 65536 else head, reused)
         if len(body) >= 65536:
             assert connection._transport is not None
             connection._transport.write(body)
@@ -662,19 +711,33 @@ class NativeTransport:
 
     async def stream(self, request: PreparedRequest, deadline: float) -> _NativeStream:
         pool = self._pool(request.origin)
-        connection, _ = await pool.acquire(deadline)
+        connection, reused = await pool.acquire(deadline)
+        try:
+            return await self._open_stream(connection, request, deadline, reused)
+        except errors.StaleConnection:
+            if not reused:
+                raise
+            self.stats.stale_retries += 1
+            connection = await pool._connect_within(deadline, time.monotonic())
+            return await self._open_stream(connection, request, deadline, False)
+
+    async def _open_stream(
+        self, connection: _Connection, request: PreparedRequest, deadline: float, reused: bool
+    ) -> _NativeStream:
         self.stats.requests += 1
+        if reused:
+            self.stats.reused += 1
         body = request.body
         head = encode_head(request.path, request.final_headers(), len(body))
-        stream = connection.send_streaming(head + body)
-        timer = self._arm_timer(connection, deadline)
+        stream = connection.send_streaming(head + body, reused)
+        # Armed until the body is complete: the deadline covers the whole stream.
+        stream.timer = self._arm_timer(connection, deadline)
         try:
             await stream.wait_head()
-        except asyncio.CancelledError:
+        except BaseException:
+            stream._stop_timer()
             connection.close()
             raise
-        finally:
-            timer.cancel()
         return stream
 
     async def aclose(self) -> None:

@@ -21,8 +21,10 @@ USER_AGENT = "sagemaker-gateway/0.1"
 # SageMaker endpoint names: letters, digits and inner hyphens, at most 63.
 _ENDPOINT_NAME = re.compile(r"[a-zA-Z0-9](?:-*[a-zA-Z0-9]){0,62}")
 # A header value may hold any visible Latin-1 character, space and tab, but
-# never CR, LF or NUL: those would let a caller inject headers.
+# never CR, LF or NUL: those would let a caller inject headers. Other control
+# characters are not valid in a field value either (RFC 9110 5.5).
 _FORBIDDEN_IN_HEADER = re.compile(r"[\r\n\x00]")
+_CONTROL_IN_HEADER = re.compile(r"[\x01-\x08\x0e-\x1b\x7f]")
 
 # InvokeEndpoint's optional request headers: keyword argument -> header name.
 INVOKE_HEADERS: tuple[tuple[str, str], ...] = (
@@ -38,7 +40,8 @@ INVOKE_HEADERS: tuple[tuple[str, str], ...] = (
 
 
 def check_endpoint_name(name: str) -> None:
-    if not _ENDPOINT_NAME.fullmatch(name):
+    # The pattern's repetition counts hyphen runs as one step: check the length too.
+    if len(name) > 63 or not _ENDPOINT_NAME.fullmatch(name):
         raise errors.InvalidRequest(
             f"invalid endpoint name {name[:80]!r}: letters, digits and hyphens, at most 63"
         )
@@ -48,16 +51,15 @@ def check_header_value(name: str, value: str) -> str:
     """Refuse values that would corrupt or inject headers; return the trimmed value."""
     if _FORBIDDEN_IN_HEADER.search(value):
         raise errors.InvalidRequest(f"header {name} contains CR, LF or NUL")
-    trimmed = value.strip()
+    if _CONTROL_IN_HEADER.search(value):
+        raise errors.InvalidRequest(f"header {name} contains a control character")
     try:
-        trimmed.encode("latin-1")
+        value.encode("latin-1")
     except UnicodeEncodeError:
         raise errors.InvalidRequest(f"header {name} is not Latin-1 text") from None
-    if "  " in trimmed:
-        # SigV4 folds inner runs of spaces; sending them folded keeps the
-        # signature and the bytes on the wire in agreement.
-        trimmed = " ".join(trimmed.split())
-    return trimmed
+    # SigV4 folds every run of whitespace (tabs too) into one space; sending the
+    # value folded keeps the signature and the bytes on the wire in agreement.
+    return " ".join(value.split())
 
 
 def check_payload(body: bytes) -> None:
@@ -96,6 +98,8 @@ class Origin:
             port = int(port_text) if port_text else default_port
         except ValueError:
             raise errors.ConfigError(f"endpoint_url has a bad port: {url!r}") from None
+        if not 0 < port < 65536 or (port_text and not port_text.isdigit()):
+            raise errors.ConfigError(f"endpoint_url has a bad port: {url!r}")
         host_header = host if port == default_port else f"{host}:{port}"
         return cls(scheme, host.strip("[]"), port, host_header)
 
@@ -253,6 +257,9 @@ _ERROR_CLASSES: dict[str, type[errors.ServiceError]] = {
     "SignatureDoesNotMatch": errors.SignatureError,
     "UnrecognizedClientException": errors.SignatureError,
     "IncompleteSignature": errors.SignatureError,
+    "IncompleteSignatureException": errors.SignatureError,
+    "ExpiredToken": errors.SignatureError,
+    "InvalidAccessKeyId": errors.SignatureError,
     "MissingAuthenticationToken": errors.SignatureError,
     "MissingAuthenticationTokenException": errors.SignatureError,
     "AccessDeniedException": errors.SignatureError,
@@ -285,15 +292,21 @@ def _json_object(body: bytes) -> dict[str, object] | None:
 
 
 def _error_code(headers: Mapping[str, str], body: dict[str, object] | None) -> str | None:
+    # As botocore reads it: the header first, then the body; the text before ':'
+    # and after the last '#' (``com.amazon.coral.service#ValidationError:http://...``).
     header = headers.get("x-amzn-errortype")
     if header:
-        return header.split(":", 1)[0].strip() or None
+        return _bare_code(header)
     if body:
         for key in ("__type", "code", "Code"):
             value = body.get(key)
             if isinstance(value, str) and value:
-                return value.rsplit("#", 1)[-1]
+                return _bare_code(value)
     return None
+
+
+def _bare_code(value: str) -> str | None:
+    return value.split(":", 1)[0].rsplit("#", 1)[-1].strip() or None
 
 
 def _text(body: dict[str, object] | None, *keys: str) -> str | None:
@@ -341,7 +354,9 @@ def _int_or_none(value: object) -> int | None:
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.isdigit():
+    # isdigit() is also true of '²' and other non-ASCII digits int() refuses,
+    # and int() refuses strings past 4300 digits: only short ASCII numbers.
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 10:
         return int(value)
     return None
 

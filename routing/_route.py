@@ -156,7 +156,7 @@ class Route:
             if hedge.enabled
             else None
         )
-        self._hedge_quantile = 1.0 - hedge.max_extra_load
+        self._hedge_quantile = hedge.delay_quantile
         self._warmup_samples = math.ceil(_WARMUP_SAMPLES_PER_HEDGE / hedge.max_extra_load)
         self._hedge_delay: float | None = None
         self._next_hedge_refresh = now

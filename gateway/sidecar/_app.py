@@ -1,0 +1,343 @@
+"""The sidecar's request handler: SageMaker Runtime routes in, ``Gateway`` calls out.
+
+Per request the hot path does one path split, one pass over the request
+headers through a precomputed name -> argument table, the gateway call,
+and a few dict increments for metrics. No logging unless DEBUG is on, no
+task, no copy of the body.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
+from urllib.parse import unquote
+
+import orjson
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from gateway import errors
+from gateway._client import Gateway
+from gateway._eventstream import encode_payload_part, internal_stream_failure, model_stream_error
+from gateway._http_server import Request, Response, StreamingResponse
+from gateway._wire import InvokeResult
+from gateway.sidecar._auth import Authenticator, SigV4Rejected
+from gateway.sidecar._config import SidecarConfig
+from gateway.sidecar._errors import error_response, gateway_error_response, new_request_id
+from gateway.sidecar._metrics import SidecarMetrics
+
+__all__ = ["TIMEOUT_HEADER", "SidecarApp"]
+
+logger = logging.getLogger("gateway.sidecar")
+
+# Not an AWS header: lets a non-SDK client (or an SDK with a before-send hook)
+# give this call its own deadline, in milliseconds.
+TIMEOUT_HEADER = "x-gateway-timeout-ms"
+
+# Request header (lower-case) -> Gateway keyword argument, per operation.
+_COMMON = {
+    "x-amzn-sagemaker-custom-attributes": "custom_attributes",
+    "x-amzn-sagemaker-inference-id": "inference_id",
+    TIMEOUT_HEADER: "timeout",
+}
+_INVOKE_ARGS: dict[str, str] = {
+    **_COMMON,
+    "content-type": "content_type",
+    "accept": "accept",
+    "x-amzn-sagemaker-target-model": "target_model",
+    "x-amzn-sagemaker-target-variant": "target_variant",
+    "x-amzn-sagemaker-target-container-hostname": "target_container_hostname",
+    "x-amzn-sagemaker-enable-explanations": "enable_explanations",
+    "x-amzn-sagemaker-inference-component": "inference_component",
+    "x-amzn-sagemaker-session-id": "session_id",
+    # "Cache-Control: no-cache" (or no-store) skips the prediction cache.
+    "cache-control": "cache",
+}
+_STREAM_ARGS: dict[str, str] = {
+    **_COMMON,
+    "content-type": "content_type",
+    # The stream API carries Accept in its own header.
+    "x-amzn-sagemaker-accept": "accept",
+    "x-amzn-sagemaker-target-variant": "target_variant",
+    "x-amzn-sagemaker-target-container-hostname": "target_container_hostname",
+    "x-amzn-sagemaker-inference-component": "inference_component",
+    "x-amzn-sagemaker-session-id": "session_id",
+}
+_ASYNC_ARGS: dict[str, str] = {
+    **_COMMON,
+    "x-amzn-sagemaker-content-type": "content_type",
+    "x-amzn-sagemaker-accept": "accept",
+    "x-amzn-sagemaker-inputlocation": "input_location",
+    "x-amzn-sagemaker-requestttlseconds": "request_ttl_seconds",
+    "x-amzn-sagemaker-invocationtimeoutseconds": "invocation_timeout_seconds",
+}
+_INTEGER_ARGS = ("request_ttl_seconds", "invocation_timeout_seconds")
+
+_INVOKE, _STREAM, _ASYNC = "invoke", "stream", "async"
+_ACTIONS = {
+    "invocations": _INVOKE,
+    "invocations-response-stream": _STREAM,
+    "async-invocations": _ASYNC,
+}
+_EVENTSTREAM = ("Content-Type", "application/vnd.amazon.eventstream")
+_JSON = ("Content-Type", "application/json")
+_TIMEOUTS = (errors.DeadlineExceeded, errors.ReadTimeout)
+
+
+class _BadRequest(Exception):
+    """A header the sidecar itself cannot use; answered as ValidationError."""
+
+
+class SidecarApp:
+    """The handler given to the HTTP server; one per sidecar."""
+
+    def __init__(
+        self,
+        gateway: Gateway,
+        config: SidecarConfig,
+        authenticate: Authenticator | None,
+    ) -> None:
+        self._gw = gateway
+        self._max_in_flight = config.max_in_flight
+        self._default_timeout = (
+            config.default_timeout_ms / 1000 if config.default_timeout_ms is not None else None
+        )
+        self._authenticate = authenticate
+        self.in_flight = 0
+        self.started = False
+        self.metrics = SidecarMetrics(lambda: self.in_flight)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self.metrics)
+        collector_factory = getattr(gateway, "prometheus_collector", None)
+        if callable(collector_factory):
+            self.registry.register(collector_factory())
+
+    # -- dispatch ------------------------------------------------------------
+
+    async def handle(self, request: Request) -> Response | StreamingResponse:
+        path = request.path
+        if path.startswith("/endpoints/"):
+            name, _, action = path[11:].partition("/")
+            operation = _ACTIONS.get(action)
+            if operation is not None and request.method == "POST":
+                return await self._invocation(request, operation, name)
+        elif path == "/ping" and request.method in ("GET", "HEAD"):
+            return self._ping()
+        elif path == "/metrics" and request.method == "GET":
+            return Response(
+                200, (("Content-Type", CONTENT_TYPE_LATEST),), generate_latest(self.registry)
+            )
+        self.metrics.reject("unknown_operation")
+        return error_response("UnknownOperationException", "Unknown operation", 404)
+
+    async def _invocation(
+        self, request: Request, operation: str, name: str
+    ) -> Response | StreamingResponse:
+        started = time.perf_counter()
+        refused = self._admit(request)
+        if refused is not None:
+            return refused
+        if "%" in name:
+            name = unquote(name)
+        self.in_flight += 1
+        try:
+            if operation is _INVOKE:
+                response: Response | StreamingResponse = await self._invoke(request, name)
+            elif operation is _STREAM:
+                response = await self._stream(request, name)
+            else:
+                response = await self._async(request, name)
+        except errors.GatewayError as error:
+            response = gateway_error_response(error)
+        except _BadRequest as error:
+            response = error_response("ValidationError", str(error), 400)
+        except Exception as error:
+            # A bug, not a SageMaker answer: say InternalFailure, keep the trace.
+            logger.exception("invocation failed unexpectedly", extra={"route": name})
+            response = gateway_error_response(error)
+        finally:
+            self.in_flight -= 1
+        self.metrics.record(
+            operation,
+            self.metrics.route_label(name),
+            response.status,
+            time.perf_counter() - started,
+        )
+        return response
+
+    def _admit(self, request: Request) -> Response | None:
+        """Refuse before any work: in-flight cap, then inbound auth."""
+        if self.in_flight >= self._max_in_flight:
+            self.metrics.reject("in_flight_cap")
+            return error_response("ThrottlingException", "Rate exceeded", 429)
+        if self._authenticate is not None:
+            try:
+                self._authenticate(request)
+            except SigV4Rejected as rejected:
+                self.metrics.reject("auth")
+                return error_response(rejected.code, rejected.message, rejected.status)
+        return None
+
+    def _arguments(self, headers: Mapping[str, str], table: Mapping[str, str]) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {}
+        for header, value in headers.items():
+            argument = table.get(header)
+            if argument is not None:
+                kwargs[argument] = value
+        cache_control = kwargs.get("cache")
+        if cache_control is not None:
+            directives = cache_control.lower()
+            kwargs["cache"] = "no-cache" not in directives and "no-store" not in directives
+        timeout = kwargs.get("timeout")
+        if timeout is not None:
+            kwargs["timeout"] = _milliseconds(timeout)
+        elif self._default_timeout is not None:
+            kwargs["timeout"] = self._default_timeout
+        return kwargs
+
+    # -- operations ----------------------------------------------------------
+
+    async def _invoke(self, request: Request, name: str) -> Response:
+        kwargs = self._arguments(request.headers, _INVOKE_ARGS)
+        result = await self._gw.invoke(name, request.body, **kwargs)
+        return Response(200, _result_headers(result), result.body)
+
+    async def _stream(self, request: Request, name: str) -> Response | StreamingResponse:
+        kwargs = self._arguments(request.headers, _STREAM_ARGS)
+        parts = self._gw.invoke_stream(name, request.body, **kwargs)
+        # Wait for the first part, so that an error before any byte is sent
+        # is still an ordinary rest-json error with its real status.
+        try:
+            first: bytes | None = await anext(parts)
+        except StopAsyncIteration:
+            first = None
+        except BaseException:
+            await _aclose(parts)
+            raise
+        headers = _stream_headers(parts, kwargs)
+        return StreamingResponse(self._relay(parts, first), 200, headers)
+
+    async def _relay(
+        self, parts: AsyncIterator[bytes], first: bytes | None
+    ) -> AsyncIterator[bytes]:
+        """PayloadPart events; a failure mid-stream becomes an exception event."""
+        self.in_flight += 1
+        try:
+            if first is not None:
+                yield encode_payload_part(first)
+                async for part in parts:
+                    yield encode_payload_part(part)
+        except _TIMEOUTS as error:
+            yield model_stream_error(f"gateway timeout: {error}", "ModelInvocationTimeExceeded")
+        except errors.ModelError as error:
+            yield model_stream_error(error.message, "StreamBroken")
+        except errors.GatewayError as error:
+            yield internal_stream_failure(f"{type(error).__name__}: {error}")
+        finally:
+            self.in_flight -= 1
+            await _aclose(parts)
+
+    async def _async(self, request: Request, name: str) -> Response:
+        kwargs = self._arguments(request.headers, _ASYNC_ARGS)
+        if not kwargs.get("input_location"):
+            raise _BadRequest(
+                "1 validation error detected: Value null at 'inputLocation' failed to "
+                "satisfy constraint: Member must not be null"
+            )
+        for key in _INTEGER_ARGS:
+            if key in kwargs:
+                kwargs[key] = _integer(key, kwargs[key])
+        answer = await self._gw.invoke_async(name, **kwargs)
+        headers = [_JSON, ("x-amzn-RequestId", answer.request_id or new_request_id())]
+        if answer.output_location is not None:
+            headers.append(("X-Amzn-SageMaker-OutputLocation", answer.output_location))
+        if answer.failure_location is not None:
+            headers.append(("X-Amzn-SageMaker-FailureLocation", answer.failure_location))
+        body = {"InferenceId": answer.inference_id} if answer.inference_id else {}
+        return Response(202, headers, orjson.dumps(body))
+
+    # -- operations endpoints ---------------------------------------------------
+
+    def _ping(self) -> Response:
+        """200 once started and while every route has a healthy target, else 503."""
+        if not self.started:
+            return Response(503, (_JSON,), b'{"status":"not serving"}')
+        # Older Gateways have no routing: then being started is all there is.
+        route_health = getattr(self._gw, "route_health", None)
+        if callable(route_health):
+            health: Mapping[str, bool] = route_health()
+            unhealthy = sorted(name for name, healthy in health.items() if not healthy)
+            if unhealthy:
+                return Response(503, (_JSON,), orjson.dumps({"unhealthy_routes": unhealthy}))
+        return Response(200, (_JSON,), b'{"status":"ok"}')
+
+
+async def _aclose(parts: AsyncIterator[bytes]) -> None:
+    # Typed as an iterator, but a generator underneath: closing it returns
+    # the upstream connection to the pool now rather than at GC.
+    aclose: Callable[[], Awaitable[object]] | None = getattr(parts, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+def _result_headers(result: InvokeResult) -> list[tuple[str, str]]:
+    headers = [("x-amzn-RequestId", result.request_id or new_request_id())]
+    if result.content_type is not None:
+        headers.append(("Content-Type", result.content_type))
+    if result.invoked_variant is not None:
+        headers.append(("x-Amzn-Invoked-Production-Variant", result.invoked_variant))
+    if result.custom_attributes is not None:
+        headers.append(("X-Amzn-SageMaker-Custom-Attributes", result.custom_attributes))
+    if result.new_session_id is not None:
+        headers.append(("X-Amzn-SageMaker-New-Session-Id", result.new_session_id))
+    if result.closed_session_id is not None:
+        headers.append(("X-Amzn-SageMaker-Closed-Session-Id", result.closed_session_id))
+    if result.cache is not None:
+        headers.append(("x-gateway-cache", result.cache))
+    return headers
+
+
+# Upstream response headers a stream answer passes on, when Gateway exposes them.
+_STREAM_RESPONSE_HEADERS = (
+    ("x-amzn-sagemaker-content-type", "X-Amzn-SageMaker-Content-Type"),
+    ("x-amzn-invoked-production-variant", "x-Amzn-Invoked-Production-Variant"),
+    ("x-amzn-sagemaker-custom-attributes", "X-Amzn-SageMaker-Custom-Attributes"),
+)
+
+
+def _stream_headers(parts: object, kwargs: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The stream answer's head: the upstream's headers if Gateway exposes them.
+
+    ``Gateway.invoke_stream`` yields only payload bytes today; a stream object
+    with a ``response_headers`` mapping (lower-case names) is used when present.
+    Without it, the custom attributes are echoed as SageMaker would.
+    """
+    upstream: Mapping[str, str] | None = getattr(parts, "response_headers", None)
+    request_id = upstream.get("x-amzn-requestid") if upstream else None
+    headers = [_EVENTSTREAM, ("x-amzn-RequestId", request_id or new_request_id())]
+    if upstream:
+        headers.extend(
+            (wire_name, upstream[name])
+            for name, wire_name in _STREAM_RESPONSE_HEADERS
+            if name in upstream
+        )
+    elif kwargs.get("custom_attributes") is not None:
+        headers.append(("X-Amzn-SageMaker-Custom-Attributes", kwargs["custom_attributes"]))
+    return headers
+
+
+def _milliseconds(value: str) -> float:
+    try:
+        milliseconds = float(value)
+    except ValueError:
+        milliseconds = -1.0
+    if not milliseconds > 0 or milliseconds == float("inf"):
+        raise _BadRequest(f"{TIMEOUT_HEADER} must be a positive number of milliseconds")
+    return milliseconds / 1000
+
+
+def _integer(name: str, value: str) -> int:
+    if not value.isdigit():
+        raise _BadRequest(f"{name} must be a non-negative integer, got {value[:32]!r}")
+    return int(value)

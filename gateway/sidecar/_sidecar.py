@@ -1,0 +1,373 @@
+"""The sidecar as an object (in-process), as a child process, and as a command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from gateway._client import Gateway
+from gateway._config import GatewayConfig
+from gateway._http_server import Server, ServerLimits, start_server
+from gateway.errors import ConfigError
+from gateway.sidecar._app import SidecarApp
+from gateway.sidecar._auth import make_authenticator
+from gateway.sidecar._config import SidecarConfig, parse_listen
+from gateway.sidecar._logging import configure_logging
+
+__all__ = ["Sidecar", "SidecarProcess", "main"]
+
+logger = logging.getLogger("gateway.sidecar")
+
+GatewaySource = Gateway | GatewayConfig | Mapping[str, Any] | str | Path
+_READY_PREFIX = "sidecar listening on "
+
+
+class Sidecar:
+    """The SageMaker Runtime API on a local port, answered through a ``Gateway``.
+
+    ::
+
+        async with Gateway(...) as gw, Sidecar(gw, "127.0.0.1", 0) as sidecar:
+            ...  # point boto3 at sidecar.url
+
+    Given a ``Gateway``, the caller owns it (the sidecar starts it if needed,
+    never closes it). Given a config (object, mapping or TOML/JSON path), the
+    sidecar builds, starts and closes its own Gateway. Without ``config``,
+    the ``[sidecar]`` table of the gateway's config is used.
+    """
+
+    def __init__(
+        self,
+        gateway_or_config: GatewaySource,
+        host: str | None = None,
+        port: int | None = None,
+        *,
+        config: SidecarConfig | None = None,
+    ) -> None:
+        self._owns_gateway = not isinstance(gateway_or_config, Gateway)
+        self.gateway = _as_gateway(gateway_or_config)
+        if config is None:
+            section = self.gateway.config.sections.get("sidecar", {})
+            config = SidecarConfig.from_mapping(section)
+        self.config = config
+        default_host, default_port = parse_listen(config.listen, "sidecar.listen")
+        self._host = default_host if host is None else host
+        self._requested_port = default_port if port is None else port
+        self.app = SidecarApp(self.gateway, config, make_authenticator(config.auth))
+        self._server: Server | None = None
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("the sidecar is not started")
+        return self._server.port
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    @property
+    def url(self) -> str:
+        host = self._host if ":" not in self._host else f"[{self._host}]"
+        if host in ("0.0.0.0", "[::]", ""):
+            host = "127.0.0.1" if host != "[::]" else "[::1]"
+        return f"http://{host}:{self.port}"
+
+    def limits(self) -> ServerLimits:
+        config = self.config
+        return ServerLimits(
+            max_body_size=config.max_body_bytes,
+            max_discard_size=max(16 * 1024 * 1024, 2 * config.max_body_bytes),
+            header_timeout=config.header_timeout_s,
+            body_timeout=config.body_timeout_s,
+            keepalive_timeout=config.idle_timeout_s,
+            shutdown_timeout=config.shutdown_grace_s,
+        )
+
+    async def start(self) -> Sidecar:
+        # Checked before anything listens: an exposed port without auth never opens.
+        self.config.check_bind(self._host)
+        await self.gateway.start()
+        try:
+            self._server = await start_server(
+                self.app.handle, self._host, self._requested_port, limits=self.limits()
+            )
+        except BaseException:
+            if self._owns_gateway:
+                await self.gateway.aclose()
+            raise
+        self.app.started = True
+        logger.info(
+            "sidecar started",
+            extra={
+                "listen": self.url,
+                "auth": self.config.auth.mode,
+                "max_in_flight": self.config.max_in_flight,
+            },
+        )
+        return self
+
+    async def close(self, grace: float | None = None) -> None:
+        """Stop accepting, let in-flight calls finish (within ``grace``), then close."""
+        server, self._server = self._server, None
+        if server is not None:
+            self.app.started = False
+            in_flight = self.app.in_flight
+            await server.close(self.config.shutdown_grace_s if grace is None else grace)
+            logger.info("sidecar stopped", extra={"in_flight_at_stop": in_flight})
+        if self._owns_gateway:
+            await self.gateway.aclose()
+
+    async def __aenter__(self) -> Sidecar:
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @staticmethod
+    def start_subprocess(
+        config: Mapping[str, Any] | str | Path | None = None,
+        listen: str = "127.0.0.1:0",
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> SidecarProcess:
+        """Run a sidecar in a child process (its own event loop and core)."""
+        return SidecarProcess.start(config, listen, args, env)
+
+
+def _as_gateway(source: GatewaySource) -> Gateway:
+    if isinstance(source, Gateway):
+        return source
+    if isinstance(source, GatewayConfig):
+        return Gateway(config=source)
+    return Gateway(config=load_gateway_config(source))
+
+
+def load_gateway_config(source: Mapping[str, Any] | str | Path) -> GatewayConfig:
+    """A GatewayConfig from a mapping, a ``.toml`` file or a ``.json`` file."""
+    if isinstance(source, Mapping):
+        return GatewayConfig.from_mapping(source)
+    return GatewayConfig.from_mapping(_read_mapping(Path(source)))
+
+
+def _read_mapping(path: Path) -> dict[str, Any]:
+    if path.suffix != ".json":
+        import tomllib
+
+        try:
+            with open(path, "rb") as handle:
+                return tomllib.load(handle)
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    try:
+        data = orjson.loads(path.read_bytes())
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: must hold an object")
+    return data
+
+
+# -- child process ------------------------------------------------------------
+
+
+class SidecarProcess:
+    """Handle on a sidecar child process: ``url``, ``terminate()``, ``stop()``."""
+
+    def __init__(self, process: subprocess.Popen[bytes], url: str, config_file: str | None) -> None:
+        self.process = process
+        self.url = url
+        self.port = int(url.rsplit(":", 1)[1])
+        self._config_file = config_file
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @classmethod
+    def start(
+        cls,
+        config: Mapping[str, Any] | str | Path | None,
+        listen: str,
+        args: Sequence[str],
+        env: Mapping[str, str] | None,
+    ) -> SidecarProcess:
+        config_file: str | None = None
+        command = [sys.executable, "-m", "gateway", "sidecar", "--listen", listen, *args]
+        if isinstance(config, str | Path):
+            command += ["--config", str(config)]
+        elif config is not None:
+            descriptor, config_file = tempfile.mkstemp(suffix=".json", prefix="sidecar-")
+            with os.fdopen(descriptor, "wb") as file:
+                file.write(orjson.dumps(config))
+            command += ["--config", config_file]
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, env={**os.environ, **(env or {})}
+        )
+        try:
+            url = _read_ready_line(process, timeout=30.0)
+        except BaseException:
+            _terminate(process)
+            _unlink(config_file)
+            raise
+        return cls(process, url, config_file)
+
+    def terminate(self) -> None:
+        """Send SIGTERM (graceful shutdown) without waiting."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.process.wait(timeout)
+
+    def stop(self) -> int:
+        """SIGTERM, wait (then kill); returns the exit code."""
+        code = _terminate(self.process)
+        _unlink(self._config_file)
+        self._config_file = None
+        return code
+
+    def __enter__(self) -> SidecarProcess:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def _unlink(path: str | None) -> None:
+    if path:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def _read_ready_line(process: subprocess.Popen[bytes], timeout: float) -> str:
+    assert process.stdout is not None
+    deadline = time.monotonic() + timeout
+    line = b""
+    while not line.endswith(b"\n"):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("the sidecar process did not become ready")
+        readable, _, _ = select.select([process.stdout], [], [], remaining)
+        if readable:
+            chunk = os.read(process.stdout.fileno(), 1024)
+            if not chunk:
+                raise RuntimeError(f"the sidecar process exited ({process.wait()})")
+            line += chunk
+    text = line.decode().strip()
+    if not text.startswith(_READY_PREFIX):
+        raise RuntimeError(f"unexpected sidecar output: {text!r}")
+    return text[len(_READY_PREFIX) :]
+
+
+def _terminate(process: subprocess.Popen[bytes]) -> int:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    if process.stdout is not None:
+        process.stdout.close()
+    return process.returncode
+
+
+# -- command line ---------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m gateway sidecar",
+        description="The SageMaker Runtime API on a local port, answered through the gateway.",
+    )
+    parser.add_argument("--listen", help="HOST:PORT (default: sidecar.listen, 127.0.0.1:8081)")
+    parser.add_argument("--config", help="the gateway's TOML (or JSON) file, with [sidecar]")
+    parser.add_argument(
+        "--upstream", action="append", default=[], help="SageMaker Runtime URL (endpoint_url)"
+    )
+    parser.add_argument("--region", help="AWS region of the upstream")
+    parser.add_argument("--redis", help="Redis URL of the shared prediction cache")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
+    return parser
+
+
+def _command_config(args: argparse.Namespace) -> tuple[GatewayConfig, SidecarConfig]:
+    mapping: dict[str, Any] = _read_mapping(Path(args.config)) if args.config else {}
+    if len(args.upstream) > 1:
+        raise ConfigError(
+            "--upstream: give one URL; several upstreams are targets of [routes.*] in --config"
+        )
+    if args.upstream:
+        mapping["endpoint_url"] = args.upstream[0]
+    if args.region:
+        mapping["region"] = args.region
+    if args.redis:
+        cache = mapping.get("cache", {})
+        mapping["cache"] = {
+            **(cache if isinstance(cache, Mapping) else {}),
+            "redis_url": args.redis,
+        }
+    gateway_config = GatewayConfig.from_mapping(mapping)
+    sidecar_config = SidecarConfig.from_mapping(gateway_config.sections.get("sidecar", {}))
+    return gateway_config, sidecar_config
+
+
+async def _serve(gateway_config: GatewayConfig, config: SidecarConfig, listen: str) -> int:
+    host, port = parse_listen(listen)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    sidecar = Sidecar(gateway_config, host, port, config=config)
+    await sidecar.start()
+    try:
+        print(f"{_READY_PREFIX}{sidecar.url}", flush=True)
+        await stop.wait()
+        logger.info("shutting down", extra={"in_flight": sidecar.app.in_flight})
+    finally:
+        await sidecar.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(list(argv) if argv is not None else None)
+    configure_logging(args.log_level)
+    try:
+        gateway_config, config = _command_config(args)
+        listen = args.listen or config.listen
+        parse_listen(listen)
+        config.check_bind(parse_listen(listen)[0])
+    except ConfigError as exc:
+        print(f"sidecar: {exc}", file=sys.stderr)
+        return 2
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency off Windows
+        runner: Any = asyncio.run
+    else:
+        runner = uvloop.run
+    try:
+        code: int = runner(_serve(gateway_config, config, listen))
+    except ConfigError as exc:
+        print(f"sidecar: {exc}", file=sys.stderr)
+        return 2
+    return code

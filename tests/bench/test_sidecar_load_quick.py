@@ -1,0 +1,44 @@
+"""`python -m bench.sidecar_load --quick` prints a well-formed report (no timing checks)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+
+def test_sidecar_load_quick_output_is_well_formed() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.sidecar_load", "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert re.search(r"^stub http://127\.0\.0\.1:\d+; sidecar http://127\.0\.0\.1:\d+", lines[0])
+    assert lines[1].split() == [
+        "concurrency",
+        "req/s",
+        "p50_us",
+        "p99_us",
+        "sidecar_cpu%",
+        "errors",
+    ]
+    rows = [line.split() for line in lines[2:4]]
+    assert [row[0] for row in rows] == ["1", "8"]
+    assert all(len(row) == 6 and all(re.fullmatch(r"\d+", v) for v in row) for row in rows)
+    assert all(row[5] == "0" for row in rows)  # no failed requests
+    text = result.stdout
+    assert re.search(r"^direct Gateway\.invoke p50: \d+ us", text, re.M)
+    assert re.search(r"^sidecar adds -?\d+ us p50$", text, re.M)
+    assert re.search(
+        r"^peak: \d+ req/s at concurrency \d+, sidecar CPU \d+% of one core$", text, re.M
+    )
+    report = json.loads(lines[-1])
+    assert {level["concurrency"] for level in report["levels"]} == {1, 8}
+    assert report["sidecar_adds_p50_us"] == round(
+        report["sidecar_p50_us_at_1"] - report["direct_gateway_p50_us"], 1
+    )

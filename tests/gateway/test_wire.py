@@ -1,0 +1,332 @@
+"""Request validation before anything is sent, and decoding of every SageMaker error shape."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway import MAX_PAYLOAD_BYTES, errors
+from gateway._wire import (
+    Origin,
+    RawResponse,
+    check_endpoint_name,
+    check_header_value,
+    check_payload,
+    decode_error,
+    encode_head,
+)
+from gateway.emulator import Emulator
+from tests._faultproxy import FaultProxy
+from tests.gateway.conftest import TRANSPORTS, gateway_for
+
+SUFFIX = ":http://internal.amazon.com/coral/com.amazon.sagemaker/"
+
+
+# -- header values --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["a\rb", "a\nb", "a\r\nx-injected: 1", "a\x00b", "\n"])
+def test_cr_lf_nul_refused(bad: str) -> None:
+    with pytest.raises(errors.InvalidRequest, match="CR, LF or NUL"):
+        check_header_value("x-amzn-sagemaker-custom-attributes", bad)
+
+
+@pytest.mark.parametrize("bad", ["a\x01b", "\x1b[31m", "del\x7f"])
+def test_other_control_characters_refused(bad: str) -> None:
+    with pytest.raises(errors.InvalidRequest, match="control character"):
+        check_header_value("accept", bad)
+
+
+@pytest.mark.parametrize("bad", ["caf\u00e9\u20ac", "\u4e2d\u6587", "emoji \U0001f600"])
+def test_non_latin1_refused(bad: str) -> None:
+    with pytest.raises(errors.InvalidRequest, match="Latin-1"):
+        check_header_value("content-type", bad)
+
+
+@pytest.mark.parametrize(
+    ("value", "sent"),
+    [
+        ("application/json", "application/json"),
+        ("  padded  ", "padded"),
+        ("a   b\t\tc", "a b c"),
+        ("caf\u00e9", "caf\u00e9"),
+        ("", ""),
+    ],
+)
+def test_values_sent_folded_as_signed(value: str, sent: str) -> None:
+    assert check_header_value("x", value) == sent
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"custom_attributes": "a\r\nx-amzn-sagemaker-target-variant: evil"},
+        {"content_type": "text/csv\n"},
+        {"accept": "\x00"},
+        {"inference_id": "id-\u2603"},
+        {"target_variant": "v\rx"},
+    ],
+)
+async def test_bad_headers_never_reach_the_server(
+    kind: str, arguments: dict[str, str], emulator: Emulator, proxy: FaultProxy
+) -> None:
+    async with gateway_for(proxy.url, transport=kind, pool={"prewarm": 0}) as gateway:
+        with pytest.raises(errors.InvalidRequest):
+            await gateway.invoke("echo", b"x", **arguments)
+    assert proxy.requests == 0 and proxy.accepted == 0
+    assert emulator.stats.count() == 0
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+async def test_oversized_payload_refused_before_sending(
+    kind: str, emulator: Emulator, proxy: FaultProxy
+) -> None:
+    async with gateway_for(proxy.url, transport=kind, pool={"prewarm": 0}) as gateway:
+        with pytest.raises(errors.InvalidRequest, match="exceeds"):
+            await gateway.invoke("echo", b"x" * (MAX_PAYLOAD_BYTES + 1))
+        with pytest.raises(errors.InvalidRequest, match="exceeds"):
+            async for _ in gateway.invoke_stream("echo", b"x" * (MAX_PAYLOAD_BYTES + 1)):
+                pass
+        assert proxy.requests == 0 and proxy.accepted == 0
+        assert emulator.stats.count() == 0
+        # exactly at the limit is fine
+        result = await gateway.invoke("echo", b"y" * MAX_PAYLOAD_BYTES)
+        assert len(result.body) == MAX_PAYLOAD_BYTES
+    check_payload(b"z" * MAX_PAYLOAD_BYTES)
+
+
+# -- endpoint names -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("good", ["a", "echo", "my-endpoint-1", "A--b", "x" * 63, "a-" * 31 + "b"])
+def test_good_endpoint_names(good: str) -> None:
+    check_endpoint_name(good)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["", "-a", "a-", "a_b", "a/b", "a b", "x" * 64, "a" + "-" * 70 + "b", "a-" * 40 + "a", "é"],
+)
+def test_bad_endpoint_names(bad: str) -> None:
+    with pytest.raises(errors.InvalidRequest, match="invalid endpoint name"):
+        check_endpoint_name(bad)
+
+
+async def test_bad_endpoint_name_not_sent(emulator: Emulator, proxy: FaultProxy) -> None:
+    async with gateway_for(proxy.url, pool={"prewarm": 0}) as gateway:
+        with pytest.raises(errors.InvalidRequest):
+            await gateway.invoke("../admin", b"x")
+    assert proxy.accepted == 0
+
+
+# -- origins and heads --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        (
+            "https://runtime.sagemaker.us-east-1.amazonaws.com",
+            (
+                "https",
+                "runtime.sagemaker.us-east-1.amazonaws.com",
+                443,
+                "runtime.sagemaker.us-east-1.amazonaws.com",
+            ),
+        ),
+        ("http://127.0.0.1:8080/", ("http", "127.0.0.1", 8080, "127.0.0.1:8080")),
+        ("http://[::1]:9000", ("http", "::1", 9000, "[::1]:9000")),
+        ("https://[::1]", ("https", "::1", 443, "[::1]")),
+        ("http://h:80", ("http", "h", 80, "h")),
+    ],
+)
+def test_origin_from_url(url: str, expected: tuple[str, str, int, str]) -> None:
+    origin = Origin.from_url(url)
+    assert (origin.scheme, origin.host, origin.port, origin.host_header) == expected
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["ftp://h", "h:80", "http://", "http://h:port", "http://h:0", "http://h:70000", "http://h:-1"],
+)
+def test_bad_origins(url: str) -> None:
+    with pytest.raises(errors.ConfigError, match="endpoint_url"):
+        Origin.from_url(url)
+
+
+def test_encode_head() -> None:
+    head = encode_head("/endpoints/e/invocations", [("host", "h"), ("content-type", "t")], 3)
+    assert head.startswith(b"POST /endpoints/e/invocations HTTP/1.1\r\nhost: h\r\n")
+    assert head.endswith(b"content-length: 3\r\n\r\n")
+
+
+# -- errors -------------------------------------------------------------------------------
+
+
+def error(
+    status: int, code: str | None, body: object = None, request_id: str | None = "rid-1"
+) -> RawResponse:
+    headers = {"content-type": "application/json"}
+    if code is not None:
+        headers["x-amzn-errortype"] = code
+    if request_id is not None:
+        headers["x-amzn-requestid"] = request_id
+    raw = body if isinstance(body, bytes) else orjson.dumps(body) if body is not None else b""
+    return RawResponse(status, headers, raw)
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "cls", "retryable"),
+    [
+        (400, "ValidationError", errors.ValidationError, False),
+        (429, "ModelNotReadyException", errors.ModelNotReady, True),
+        (500, "InternalFailure", errors.InternalFailure, True),
+        (503, "ServiceUnavailable", errors.ServiceUnavailable, True),
+        (530, "InternalDependencyException", errors.InternalDependency, True),
+        (400, "ThrottlingException", errors.Throttling, True),
+        (403, "InvalidSignatureException", errors.SignatureError, False),
+        (403, "UnrecognizedClientException", errors.SignatureError, False),
+        (403, "MissingAuthenticationTokenException", errors.SignatureError, False),
+        (400, "IncompleteSignatureException", errors.SignatureError, False),
+        (403, "ExpiredTokenException", errors.SignatureError, False),
+        (403, "AccessDeniedException", errors.SignatureError, False),
+    ],
+)
+def test_every_error_shape(status: int, code: str, cls: type, retryable: bool) -> None:
+    decoded = decode_error(error(status, code + SUFFIX, {"message": f"{code} happened"}))
+    assert type(decoded) is cls
+    assert (decoded.code, decoded.status, decoded.request_id) == (code, status, "rid-1")
+    assert decoded.message == f"{code} happened"
+    assert decoded.retryable is retryable
+    assert code in str(decoded) and "rid-1" in str(decoded)
+
+
+def test_model_error_fields() -> None:
+    body = {
+        "Message": "Received server error (500) from primary",
+        "OriginalStatusCode": 500,
+        "OriginalMessage": "boom",
+        "LogStreamArn": "arn:aws:logs:us-east-1:1:log-group:/aws/sagemaker/Endpoints/e",
+        "ErrorCode": "SERVER_ERROR_FROM_MODEL",
+    }
+    decoded = decode_error(error(424, "ModelError" + SUFFIX, body))
+    assert isinstance(decoded, errors.ModelError)
+    assert decoded.original_status_code == 500
+    assert decoded.original_message == "boom"
+    assert decoded.log_stream_arn == body["LogStreamArn"]
+    assert decoded.message == body["Message"]
+    assert decoded.status == 424 and not decoded.retryable
+
+
+@pytest.mark.parametrize("value", ["503", 503])
+def test_model_error_status_as_text_or_number(value: object) -> None:
+    decoded = decode_error(error(424, "ModelError", {"OriginalStatusCode": value}))
+    assert isinstance(decoded, errors.ModelError) and decoded.original_status_code == 503
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "1" * 5000, True, 1.5, [], "-1", ""])
+def test_model_error_odd_status_values(value: object) -> None:
+    decoded = decode_error(error(424, "ModelError", {"OriginalStatusCode": value}))
+    assert isinstance(decoded, errors.ModelError) and decoded.original_status_code is None
+
+
+@pytest.mark.parametrize(
+    "type_field",
+    [
+        "ValidationError",
+        "com.amazon.coral.validate#ValidationError",
+        "ValidationError:http://internal.amazon.com/coral/",
+        "com.amazon#ValidationError:http://x/",
+    ],
+)
+def test_code_from_the_body(type_field: str) -> None:
+    decoded = decode_error(error(400, None, {"__type": type_field, "Message": "bad"}))
+    assert type(decoded) is errors.ValidationError
+    assert decoded.code == "ValidationError" and decoded.message == "bad"
+
+
+def test_header_code_wins_over_body_and_hash_prefix_is_dropped() -> None:
+    decoded = decode_error(
+        error(503, "aws#ServiceUnavailable:http://x", {"__type": "ValidationError"})
+    )
+    assert type(decoded) is errors.ServiceUnavailable and decoded.code == "ServiceUnavailable"
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "cls"),
+    [
+        (502, b"<html>Bad Gateway</html>", errors.ServiceUnavailable),
+        (500, b"", errors.InternalFailure),
+        (503, b"{truncated", errors.ServiceUnavailable),
+        (504, b"[1, 2]", errors.ServiceUnavailable),
+        (530, b"null", errors.InternalDependency),
+        (403, b"Forbidden", errors.SignatureError),
+    ],
+)
+def test_non_json_and_empty_bodies(status: int, body: bytes, cls: type) -> None:
+    decoded = decode_error(error(status, None, body, request_id=None))
+    assert type(decoded) is cls
+    assert decoded.status == status and decoded.request_id is None
+    assert f"HTTP {status}" in decoded.message
+    assert decoded.retryable is (status != 403)
+
+
+@pytest.mark.parametrize(
+    ("status", "retryable"), [(404, False), (409, False), (429, True), (501, True), (599, True)]
+)
+def test_unknown_codes_fall_back_to_the_status(status: int, retryable: bool) -> None:
+    decoded = decode_error(error(status, "SomethingNew", {"message": "?"}))
+    assert type(decoded) in (errors.ServiceError, errors.ModelNotReady)
+    assert decoded.code == "SomethingNew" and decoded.retryable is retryable
+
+
+header_text = st.text(st.characters(min_codepoint=1, max_codepoint=255), max_size=60)
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "message",
+                    "Message",
+                    "__type",
+                    "code",
+                    "Code",
+                    "OriginalStatusCode",
+                    "OriginalMessage",
+                    "LogStreamArn",
+                    "x",
+                ]
+            ),
+            children,
+            max_size=5,
+        )
+    ),
+    max_leaves=12,
+)
+
+
+@given(
+    status=st.integers(min_value=0, max_value=999),
+    headers=st.dictionaries(
+        st.sampled_from(["x-amzn-errortype", "x-amzn-requestid", "content-type", "other"]),
+        header_text,
+        max_size=4,
+    ),
+    body=st.binary(max_size=300) | json_values.map(orjson.dumps),
+)
+def test_decode_error_never_raises(status: int, headers: dict[str, str], body: bytes) -> None:
+    decoded = decode_error(RawResponse(status, headers, body))
+    assert isinstance(decoded, errors.ServiceError)
+    assert decoded.status == status
+    assert isinstance(decoded.code, str) and decoded.code
+    assert isinstance(decoded.message, str)
+    str(decoded)

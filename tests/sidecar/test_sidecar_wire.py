@@ -1,0 +1,203 @@
+"""boto3 (unmodified) -> sidecar -> Gateway -> emulator: the SageMaker Runtime API, end to end."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError, EventStreamError
+
+from gateway.emulator import Emulator
+from gateway.sidecar import Sidecar
+from tests.sidecar.conftest import ClientFactory
+
+
+async def test_plain_call_with_every_header(
+    emulator: Emulator, sidecar: Sidecar, boto_client: ClientFactory
+) -> None:
+    client = boto_client(sidecar.url)
+    response = await asyncio.to_thread(
+        client.invoke_endpoint,
+        EndpointName="echo",
+        Body=b'{"features": [1, 2, 3]}',
+        ContentType="application/json",
+        Accept="application/json",
+        CustomAttributes="trace-id=abc",
+        TargetContainerHostname="c1",
+        InferenceId="inf-1",
+        EnableExplanations="`false`",
+        InferenceComponentName="ic-1",
+        SessionId="NEW_SESSION",
+    )
+    assert response["Body"].read() == b'{"features": [1, 2, 3]}'
+    assert response["ContentType"] == "application/json"
+    assert response["InvokedProductionVariant"] == "AllTraffic"
+    assert response["CustomAttributes"] == "trace-id=abc"
+    session_id, _, expires = response["NewSessionId"].partition("; Expires=")
+    assert session_id and expires.endswith("Z")
+    # The upstream's request id reaches the client.
+    assert len(response["ResponseMetadata"]["RequestId"]) == 36
+    again = await asyncio.to_thread(
+        client.invoke_endpoint, EndpointName="echo", Body=b"x", SessionId=session_id
+    )
+    assert again["Body"].read() == b"x"
+    assert emulator.stats.count(endpoint="echo") == 2
+
+
+async def test_constant_model_content_type(sidecar: Sidecar, boto_client: ClientFactory) -> None:
+    client = boto_client(sidecar.url)
+    response = await asyncio.to_thread(client.invoke_endpoint, EndpointName="constant", Body=b"1,2")
+    assert response["Body"].read() == b"0.25"
+    assert response["ContentType"] == "text/csv"
+
+
+async def test_mme_target_models(
+    emulator: Emulator, sidecar: Sidecar, boto_client: ClientFactory
+) -> None:
+    client = boto_client(sidecar.url)
+    for model in ("a.tar.gz", "b.tar.gz", "a.tar.gz"):
+        response = await asyncio.to_thread(
+            client.invoke_endpoint, EndpointName="mme", Body=model.encode(), TargetModel=model
+        )
+        assert response["Body"].read() == model.encode()
+    assert emulator.stats.count(endpoint="mme", model="a.tar.gz") == 2
+    assert emulator.stats.count(endpoint="mme", model="b.tar.gz") == 1
+    with pytest.raises(client.exceptions.ValidationError):
+        await asyncio.to_thread(
+            client.invoke_endpoint, EndpointName="mme", Body=b"x", TargetModel="unknown.tar.gz"
+        )
+
+
+async def test_pinned_variants(sidecar: Sidecar, boto_client: ClientFactory) -> None:
+    client = boto_client(sidecar.url)
+    for variant in ("blue", "green", "blue"):
+        response = await asyncio.to_thread(
+            client.invoke_endpoint, EndpointName="ab", Body=b"x", TargetVariant=variant
+        )
+        assert response["InvokedProductionVariant"] == variant
+        assert response["Body"].read() == b"x"
+    with pytest.raises(client.exceptions.ValidationError) as caught:
+        await asyncio.to_thread(
+            client.invoke_endpoint, EndpointName="ab", Body=b"x", TargetVariant="red"
+        )
+    assert "Variant red not found" in caught.value.response["Error"]["Message"]
+
+
+async def test_custom_attributes_round_trip(sidecar: Sidecar, boto_client: ClientFactory) -> None:
+    client = boto_client(sidecar.url)
+    # ASCII only: botocore itself does not round-trip non-ASCII header values.
+    attributes = 'a=1; trace="x y"; path=/v1/score?q=1&r=2; empty='
+
+    response = await asyncio.to_thread(
+        client.invoke_endpoint, EndpointName="echo", Body=b"x", CustomAttributes=attributes
+    )
+    assert response["CustomAttributes"] == attributes
+    assert response["Body"].read() == b"x"
+
+
+async def test_response_stream(
+    emulator: Emulator, sidecar: Sidecar, boto_client: ClientFactory
+) -> None:
+    client = boto_client(sidecar.url)
+    payload = b"The quick brown fox jumps over the lazy dog"
+
+    def read_stream() -> tuple[dict[str, Any], list[bytes]]:
+        response = client.invoke_endpoint_with_response_stream(
+            EndpointName="echo", Body=payload, ContentType="text/plain", CustomAttributes="c=1"
+        )
+        return response, [event["PayloadPart"]["Bytes"] for event in response["Body"]]
+
+    response, parts = await asyncio.to_thread(read_stream)
+    assert len(parts) == 3 and b"".join(parts) == payload
+    assert response["CustomAttributes"] == "c=1"
+    assert response["ResponseMetadata"]["HTTPHeaders"]["content-type"] == (
+        "application/vnd.amazon.eventstream"
+    )
+    assert emulator.stats.stream_invocations["echo"] == 1
+
+
+async def test_model_stream_error_mid_stream(
+    emulator: Emulator, sidecar: Sidecar, boto_client: ClientFactory
+) -> None:
+    emulator.set_faults("echo", stream_error_rate=1.0)
+    client = boto_client(sidecar.url)
+    received: list[bytes] = []
+
+    def read_stream() -> None:
+        response = client.invoke_endpoint_with_response_stream(EndpointName="echo", Body=b"abcdef")
+        try:
+            received.extend(event["PayloadPart"]["Bytes"] for event in response["Body"])
+        finally:
+            response["Body"].close()
+
+    with pytest.raises(EventStreamError) as caught:
+        await asyncio.to_thread(read_stream)
+    assert caught.value.response["Error"]["Code"] == "ModelStreamError"
+    assert received == [b"ab"]  # the part before the failure was relayed
+
+
+async def test_stream_error_before_first_byte_is_rest_json(
+    emulator: Emulator, sidecar: Sidecar, boto_client: ClientFactory
+) -> None:
+    emulator.set_faults("echo", error_rates={"ModelError": 1.0})
+    client = boto_client(sidecar.url)
+    with pytest.raises(client.exceptions.ModelError) as caught:
+        await asyncio.to_thread(
+            client.invoke_endpoint_with_response_stream, EndpointName="echo", Body=b"x"
+        )
+    assert caught.value.response["OriginalStatusCode"] == 500
+    assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 424
+
+
+async def test_async_invocation(
+    emulator: Emulator, sidecar: Sidecar, boto_client: ClientFactory
+) -> None:
+    client = boto_client(sidecar.url)
+    response = await asyncio.to_thread(
+        client.invoke_endpoint_async,
+        EndpointName="echo",
+        InputLocation="s3://bucket/input.json",
+        InferenceId="job-42",
+        ContentType="application/json",
+        RequestTTLSeconds=600,
+        InvocationTimeoutSeconds=300,
+    )
+    assert response["ResponseMetadata"]["HTTPStatusCode"] == 202
+    assert response["InferenceId"] == "job-42"
+    assert response["OutputLocation"].endswith("/echo/job-42.out")
+    assert response["FailureLocation"].endswith("/echo/job-42-error.out")
+    assert emulator.stats.async_invocations["echo"] == 1
+
+
+async def test_unknown_and_invalid_endpoints(sidecar: Sidecar, boto_client: ClientFactory) -> None:
+    client = boto_client(sidecar.url)
+    with pytest.raises(client.exceptions.ValidationError) as caught:
+        await asyncio.to_thread(client.invoke_endpoint, EndpointName="missing", Body=b"x")
+    error = caught.value.response
+    assert error["Error"]["Message"] == "Endpoint missing of account 123456789012 not found."
+    assert error["ResponseMetadata"]["HTTPStatusCode"] == 400
+    with pytest.raises(client.exceptions.ValidationError):
+        await asyncio.to_thread(client.invoke_endpoint, EndpointName="bad_name!", Body=b"x")
+
+
+async def test_unknown_operation(sidecar: Sidecar, boto_client: ClientFactory) -> None:
+    import httpx
+
+    async with httpx.AsyncClient(base_url=sidecar.url) as http:
+        response = await http.get("/endpoints/echo/invocations")
+    assert response.status_code == 404
+    assert response.headers["x-amzn-errortype"].startswith("UnknownOperationException:")
+
+
+async def test_client_error_shape_is_complete(
+    emulator: Emulator, sidecar: Sidecar, boto_client: ClientFactory
+) -> None:
+    emulator.set_faults("echo", error_rates={"ServiceUnavailable": 1.0})
+    client = boto_client(sidecar.url)
+    with pytest.raises(ClientError) as caught:
+        await asyncio.to_thread(client.invoke_endpoint, EndpointName="echo", Body=b"x")
+    metadata = caught.value.response["ResponseMetadata"]
+    # The upstream's request id, not one the sidecar made up.
+    assert len(metadata["RequestId"]) == 36
+    assert metadata["HTTPStatusCode"] == 503
