@@ -342,6 +342,9 @@ class Gateway:
             body,
             time.monotonic() + timeout,
         )
+        credentials = self._credentials
+        if credentials is not None and credentials.must_wait():
+            await credentials.fresh()  # only inside the mandatory window
         # A session is stateful on the far side: never answer it from a cache.
         if self._cache is None or not cache or session_id is not None:
             return await self._invoker.invoke(call)

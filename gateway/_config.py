@@ -32,7 +32,7 @@ def _reject_unknown(section: str, mapping: Mapping[str, Any], allowed: set[str])
             raise ConfigError(f"{where}: unknown key (allowed: {', '.join(sorted(allowed))})")
 
 
-def _number(
+def number_setting(
     where: str,
     value: Any,
     *,
@@ -84,15 +84,15 @@ class PoolConfig:
                     raise ConfigError(f"{where}: must be true or false")
                 values[key] = value
             elif key in _KEEPALIVE_MAX:
-                values[key] = _number(
+                values[key] = number_setting(
                     where, value, minimum=1, maximum=_KEEPALIVE_MAX[key], integer=True
                 )
             elif key == "max_connections":
-                values[key] = _number(where, value, minimum=1, integer=True)
+                values[key] = number_setting(where, value, minimum=1, integer=True)
             elif key == "prewarm":
-                values[key] = _number(where, value, minimum=0, integer=True)
+                values[key] = number_setting(where, value, minimum=0, integer=True)
             else:
-                values[key] = float(_number(where, value, minimum=0.001))
+                values[key] = float(number_setting(where, value, minimum=0.001))
         return cls(**values)
 
     def __post_init__(self) -> None:
@@ -104,13 +104,13 @@ class PoolConfig:
                 if not isinstance(value, bool):
                     raise ConfigError(f"{where}: must be true or false")
             elif item.name in _KEEPALIVE_MAX:
-                _number(where, value, minimum=1, maximum=_KEEPALIVE_MAX[item.name], integer=True)
+                number_setting(where, value, minimum=1, maximum=_KEEPALIVE_MAX[item.name], integer=True)
             elif item.name == "max_connections":
-                _number(where, value, minimum=1, integer=True)
+                number_setting(where, value, minimum=1, integer=True)
             elif item.name == "prewarm":
-                _number(where, value, minimum=0, integer=True)
+                number_setting(where, value, minimum=0, integer=True)
             else:
-                _number(where, value, minimum=0.001)
+                number_setting(where, value, minimum=0.001)
         if self.prewarm > self.max_connections:
             raise ConfigError("pool.prewarm: must not exceed max_connections")
 
@@ -182,7 +182,7 @@ class GatewayConfig:
                 values[key] = _bool(key, mapping[key])
         if "default_timeout_ms" in mapping:
             values["default_timeout_ms"] = float(
-                _number("default_timeout_ms", mapping["default_timeout_ms"], minimum=0.001)
+                number_setting("default_timeout_ms", mapping["default_timeout_ms"], minimum=0.001)
             )
         if "credentials" in mapping:
             values["credentials"] = _credentials(mapping["credentials"])
@@ -205,7 +205,7 @@ class GatewayConfig:
         _bool("use_fips_endpoint", self.use_fips_endpoint)
         _bool("use_dualstack_endpoint", self.use_dualstack_endpoint)
         if self.default_timeout_ms is not None:
-            _number("default_timeout_ms", self.default_timeout_ms, minimum=0.001)
+            number_setting("default_timeout_ms", self.default_timeout_ms, minimum=0.001)
         if self.endpoint_url is not None:
             from gateway._wire import Origin
 

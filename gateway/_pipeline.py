@@ -85,6 +85,7 @@ class CallSpec:
     deadline: float
     attempts: int = 0
     hedged: bool = False
+    payload_hash: str = ""
 
 
 class _Race:
@@ -147,17 +148,29 @@ class Invoker:
 
     # -- one attempt ---------------------------------------------------------
 
-    async def _attempt(self, call: CallSpec, state: TargetState) -> InvokeResult:
-        plan = self.plan(call.route, state)
-        headers = [*call.before_host, ("host", plan.host), *call.after_host]
+    def _request(self, call: CallSpec, plan: TargetPlan) -> PreparedRequest:
+        before = call.before_host
+        headers = [*before, ("host", plan.host), *call.after_host]
         if plan.variant is not None and not call.variant_pinned:
             # target-variant sorts last among the headers we send.
             headers.append(("x-amzn-sagemaker-target-variant", plan.variant))
-        request = PreparedRequest(
-            plan.origin, plan.invoke_path, plan.invoke_prefix, headers, call.body, plan.signer
-        )
         call.attempts += 1
+        return PreparedRequest(
+            plan.origin,
+            plan.invoke_path,
+            plan.invoke_prefix,
+            headers,
+            call.body,
+            plan.signer,
+            call.payload_hash,
+            len(before) + 1,
+        )
+
+    async def _attempt(self, call: CallSpec, state: TargetState) -> InvokeResult:
+        plan = self.plan(call.route, state)
+        request = self._request(call, plan)
         response = await self._transport.request(request, call.deadline)
+        call.payload_hash = request.payload_hash  # hashed once, whatever the attempts
         if response.status == 200:
             return result_from_response(response, plan.endpoint)
         raise decode_error(response)
@@ -201,12 +214,24 @@ class Invoker:
         delay = route.hedge_delay()
         if delay is not None and time.monotonic() + delay < call.deadline:
             return await self._invoke_hedged(call, state, delay)
+        # The plain path, inlined: one attempt, no extra coroutine frames.
         started = route.start(state)
+        plan = self.plan(route, state)
         try:
-            result = await self._attempt_recorded(call, state, started)
+            response = await self._transport.request(self._request(call, plan), call.deadline)
         except errors.GatewayError as error:
+            self._finish(call, state, started, error)
             return await self._after_failure(call, error, [state])
-        return self._stamp(call, result)
+        except BaseException as error:
+            self._finish(call, state, started, error)
+            raise
+        if response.status == 200:
+            route.finish(state, started, _SUCCESS)
+            plan.metrics.record_success(time.monotonic() - started)
+            return result_from_response(response, plan.endpoint)
+        failure = decode_error(response)
+        self._finish(call, state, started, failure)
+        return await self._after_failure(call, failure, [state])
 
     def _stamp(self, call: CallSpec, result: InvokeResult) -> InvokeResult:
         result.attempts = call.attempts

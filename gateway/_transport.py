@@ -28,7 +28,14 @@ from typing import Protocol, cast
 import httptools
 
 from gateway import errors
-from gateway._wire import Origin, PreparedRequest, RawResponse, encode_head
+from gateway._wire import (
+    Origin,
+    PreparedRequest,
+    RawHeaders,
+    RawResponse,
+    encode_head,
+    headers_from_raw,
+)
 
 __all__ = [
     "NativeTransport",
@@ -41,6 +48,9 @@ __all__ = [
 # A response larger than this is refused: SageMaker caps payloads at 6 MB
 # (25 MB for streams, which never buffer).
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024
+# Limits on a response head, as the servers in this project apply to requests.
+MAX_HEAD_BYTES = 64 * 1024
+MAX_HEADERS = 128
 # Bytes buffered on a streaming response before the socket stops reading.
 _STREAM_HIGH_WATER = 1024 * 1024
 
@@ -106,6 +116,10 @@ def make_ssl_context(verify: bool) -> ssl.SSLContext:
 # -- one connection ---------------------------------------------------------
 
 
+class _HeadTooLarge(Exception):
+    """Raised from a parser callback to stop httptools mid-buffer."""
+
+
 class _Connection(asyncio.Protocol):
     """One keep-alive socket; at most one request in flight."""
 
@@ -117,7 +131,9 @@ class _Connection(asyncio.Protocol):
         self._waiter: asyncio.Future[RawResponse] | None = None
         self._stream: _NativeStream | None = None
         self._status = 0
-        self._headers: dict[str, str] = {}
+        self._headers: RawHeaders = []
+        self._has_length = False  # Content-Length or chunked framing seen
+        self._head_bytes = 0
         self._body: list[bytes] = []
         self._body_size = 0
         self._got_bytes = False
@@ -190,23 +206,28 @@ class _Connection(asyncio.Protocol):
     # httptools callbacks
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        key = name.decode("latin-1").lower()
-        text = value.decode("latin-1")
-        previous = self._headers.get(key)
-        self._headers[key] = text if previous is None else f"{previous},{text}"
+        # Kept raw: decoding happens only for headers someone reads.
+        headers = self._headers
+        headers.append((name, value))
+        self._head_bytes += len(name) + len(value)
+        if self._head_bytes > MAX_HEAD_BYTES or len(headers) > MAX_HEADERS:
+            # A broken or hostile server must not make us buffer without bound.
+            self._fail(errors.ProtocolError("response head exceeds the header limits"))
+            raise _HeadTooLarge
+        if len(name) in (14, 17):  # len("content-length"), len("transfer-encoding")
+            lowered = name.lower()
+            if lowered == b"content-length" or (
+                lowered == b"transfer-encoding" and b"chunked" in value.lower()
+            ):
+                self._has_length = True
 
     def on_headers_complete(self) -> None:
         self._status = self._parser.get_status_code()
         self._keep_alive = self._parser.should_keep_alive()
         self._headers_done = True
-        headers = self._headers
-        self._close_delimited = (
-            "content-length" not in headers
-            and "chunked" not in headers.get("transfer-encoding", "").lower()
-            and self._status not in (204, 304)
-        )
+        self._close_delimited = not self._has_length and self._status not in (204, 304)
         if self._stream is not None and self._status >= 200:
-            self._stream.headers_ready(self._status, self._headers)
+            self._stream.headers_ready(self._status, headers_from_raw(self._headers))
 
     def on_body(self, body: bytes) -> None:
         self._body_size += len(body)
@@ -225,7 +246,10 @@ class _Connection(asyncio.Protocol):
             return
         self.requests_served += 1
         waiter, stream = self._waiter, self._stream
-        response = RawResponse(self._status, self._headers, b"".join(self._body))
+        body = self._body
+        response = RawResponse(
+            self._status, None, body[0] if len(body) == 1 else b"".join(body), self._headers
+        )
         keep = self._keep_alive and not self.closed
         self._reset_message()
         self._waiter = self._stream = None
@@ -260,16 +284,34 @@ class _Connection(asyncio.Protocol):
         self._transport.write(data)
         return self._stream
 
-    def abandon(self, drain_timeout: float) -> None:
-        """The caller stopped waiting; read the response out, then reuse the socket."""
-        if self.closed or self._waiter is None:
+    def abandon(self, waiter: asyncio.Future[RawResponse], drain_timeout: float) -> None:
+        """The caller stopped waiting; read the response out, then reuse the socket.
+
+        ``waiter`` names the request giving up. A cancellation can be
+        delivered after its response already completed and the socket went
+        back to the pool and on to another request: then this is a no-op,
+        and must be, or it would orphan that other request's future.
+        """
+        if self.closed or self._waiter is not waiter:
             return
         self._abandoned = True
         self._waiter = None
         self._drain_timer = self._loop.call_later(drain_timeout, self.close)
 
-    def timed_out(self, error: errors.GatewayError) -> None:
-        self._fail(error)
+    def timed_out(self, owner: object, deadline_bound: bool, read_timeout: float) -> None:
+        # A timer left over from a request this socket already finished must
+        # not fail the request it serves now.
+        if owner is not self._waiter and owner is not self._stream:
+            return
+        # The error is built only when the timer fires, not for every request.
+        if deadline_bound:
+            self._fail(errors.DeadlineExceeded("the call's deadline passed"))
+        else:
+            self._fail(errors.ReadTimeout(f"no response within {read_timeout * 1000:.0f} ms"))
+
+    def write(self, data: bytes) -> None:
+        assert self._transport is not None
+        self._transport.write(data)
 
     def pause_reading(self) -> None:
         if self._transport is not None:
@@ -301,7 +343,9 @@ class _Connection(asyncio.Protocol):
 
     def _reset_message(self) -> None:
         self._status = 0
-        self._headers = {}
+        self._headers = []
+        self._has_length = False
+        self._head_bytes = 0
         self._body = []
         self._body_size = 0
         self._headers_done = False
@@ -664,50 +708,56 @@ class NativeTransport:
         return sum(pool.open_connections for pool in self._pools.values())
 
     async def request(self, request: PreparedRequest, deadline: float) -> RawResponse:
-        pool = self._pool(request.origin)
-        connection, reused = await pool.acquire(deadline)
-        try:
-            return await self._exchange(connection, request, deadline, reused)
-        except errors.StaleConnection:
-            if not reused:
+        pool = self._pools.get(request.origin) or self._pool(request.origin)
+        # The common case takes a warm socket without suspending.
+        connection = pool._pop_idle(time.monotonic())
+        reused = True
+        if connection is None:
+            connection, reused = await pool.acquire(deadline)
+        stats = self.stats
+        while True:
+            stats.requests += 1
+            if reused:
+                stats.reused += 1
+            body = request.body
+            head = encode_head(request.path, request.final_headers(), len(body))
+            if len(body) < 65536:
+                waiter = connection.send(head + body, reused)
+            else:
+                waiter = connection.send(head, reused)
+                connection.write(body)
+            timer = self._arm_timer(connection, deadline, waiter)
+            try:
+                return await waiter
+            except errors.StaleConnection:
+                if not reused:
+                    raise
+            except asyncio.CancelledError:
+                connection.abandon(waiter, self.options.read_timeout)
                 raise
+            finally:
+                timer.cancel()
             # The one silent retry: the socket died while idle, the request never landed.
-            self.stats.stale_retries += 1
+            stats.stale_retries += 1
             connection = await pool._connect_within(deadline, time.monotonic())
-            return await self._exchange(connection, request, deadline, False)
+            reused = False
 
-    async def _exchange(
-        self, connection: _Connection, request: PreparedRequest, deadline: float, reused: bool
-    ) -> RawResponse:
-        self.stats.requests += 1
-        if reused:
-            self.stats.reused += 1
-        body = request.body
-        head = encode_head(request.path, request.final_headers(), len(body))
-        waiter = connection.send(head + body if len(body) < 65536 else head, reused)
-        if len(body) >= 65536:
-            assert connection._transport is not None
-            connection._transport.write(body)
-        timer = self._arm_timer(connection, deadline)
-        try:
-            return await waiter
-        except asyncio.CancelledError:
-            connection.abandon(self.options.read_timeout)
-            raise
-        finally:
-            timer.cancel()
-
-    def _arm_timer(self, connection: _Connection, deadline: float) -> asyncio.TimerHandle:
-        now = time.monotonic()
+    def _arm_timer(
+        self, connection: _Connection, deadline: float, owner: object
+    ) -> asyncio.TimerHandle:
+        delay = deadline - time.monotonic()
         read_timeout = self.options.read_timeout
-        if deadline - now <= read_timeout:
-            error: errors.GatewayError = errors.DeadlineExceeded("the call's deadline passed")
-            delay = deadline - now
-        else:
-            error = errors.ReadTimeout(f"no response within {read_timeout * 1000:.0f} ms")
+        deadline_bound = delay <= read_timeout
+        if not deadline_bound:
             delay = read_timeout
         # call_later, not call_at: uvloop's clock is not time.monotonic's.
-        return connection._loop.call_later(max(delay, 0.0), connection.timed_out, error)
+        return connection._loop.call_later(
+            delay if delay > 0.0 else 0.0,
+            connection.timed_out,
+            owner,
+            deadline_bound,
+            read_timeout,
+        )
 
     async def stream(self, request: PreparedRequest, deadline: float) -> _NativeStream:
         pool = self._pool(request.origin)
@@ -731,7 +781,7 @@ class NativeTransport:
         head = encode_head(request.path, request.final_headers(), len(body))
         stream = connection.send_streaming(head + body, reused)
         # Armed until the body is complete: the deadline covers the whole stream.
-        stream.timer = self._arm_timer(connection, deadline)
+        stream.timer = self._arm_timer(connection, deadline, stream)
         try:
             await stream.wait_head()
         except BaseException:

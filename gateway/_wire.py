@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import orjson
 
@@ -119,22 +119,28 @@ class RequestSigner:
         return self._signer
 
     def sign(
-        self, sign_prefix: str, headers: list[tuple[str, str]], payload_hash: str
+        self,
+        sign_prefix: str,
+        headers: list[tuple[str, str]],
+        payload_hash: str,
+        after_host: int = -1,
     ) -> list[tuple[str, str]]:
-        """Insert x-amz-date, the token and Authorization into sorted ``headers``.
+        """A signed copy of sorted ``headers``: x-amz-date, the token, Authorization added.
 
-        ``headers`` holds the sorted signable headers *before* ``host``'s
-        successors are added: accept, content-type, host, then the
-        ``x-amzn-sagemaker-*`` ones (which sort after ``x-amz-*``).
+        ``headers`` holds the sorted signable headers: accept, content-type,
+        host, then the ``x-amzn-sagemaker-*`` ones (which sort after
+        ``x-amz-*``). ``after_host`` is the index just past ``host`` when the
+        caller knows it (the hot path does), else it is looked up.
         """
         credentials = self._credentials()
         amz_date = self._clock.now()
-        signed = headers.copy()
-        position = _after_host(signed)
-        extra = [("x-amz-date", amz_date)]
-        if credentials.token:
-            extra.append(("x-amz-security-token", credentials.token))
-        signed[position:position] = extra
+        position = after_host if after_host >= 0 else _after_host(headers)
+        signed = headers[:position]
+        signed.append(("x-amz-date", amz_date))
+        token = credentials.token
+        if token:
+            signed.append(("x-amz-security-token", token))
+        signed += headers[position:]
         authorization = self._signer.authorization_presorted(
             sign_prefix, signed, payload_hash, credentials, amz_date
         )
@@ -149,24 +155,59 @@ def _after_host(headers: list[tuple[str, str]]) -> int:
     raise AssertionError("headers lack host")
 
 
-@dataclass(slots=True)
 class PreparedRequest:
-    """A request whose signature is computed only when a connection is ready."""
+    """A request whose signature is computed only when a connection is ready.
 
-    origin: Origin
-    path: str
-    sign_prefix: str
-    headers: list[tuple[str, str]]  # sorted, signable, includes host
-    body: bytes
-    signer: RequestSigner | None
-    payload_hash: str = ""
+    ``headers`` are sorted, signable, with ``host``. They are signed once;
+    a transparent resend (the stale keep-alive case) reuses the signature.
+    """
+
+    __slots__ = (
+        "_final",
+        "after_host",
+        "body",
+        "headers",
+        "origin",
+        "path",
+        "payload_hash",
+        "sign_prefix",
+        "signer",
+    )
+
+    def __init__(
+        self,
+        origin: Origin,
+        path: str,
+        sign_prefix: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        signer: RequestSigner | None,
+        payload_hash: str = "",
+        after_host: int = -1,
+    ) -> None:
+        self.origin = origin
+        self.path = path
+        self.sign_prefix = sign_prefix
+        self.headers = headers
+        self.body = body
+        self.signer = signer
+        self.payload_hash = payload_hash
+        self.after_host = after_host
+        self._final: list[tuple[str, str]] | None = None
 
     def final_headers(self) -> list[tuple[str, str]]:
-        if self.signer is None:
-            return self.headers
-        if not self.payload_hash:
-            self.payload_hash = payload_sha256(self.body)
-        return self.signer.sign(self.sign_prefix, self.headers, self.payload_hash)
+        final = self._final
+        if final is None:
+            if self.signer is None:
+                final = self.headers
+            else:
+                if not self.payload_hash:
+                    self.payload_hash = payload_sha256(self.body)
+                final = self.signer.sign(
+                    self.sign_prefix, self.headers, self.payload_hash, self.after_host
+                )
+            self._final = final
+        return final
 
 
 def encode_head(path: str, headers: list[tuple[str, str]], body_length: int) -> bytes:
@@ -177,45 +218,190 @@ def encode_head(path: str, headers: list[tuple[str, str]], body_length: int) -> 
     ).encode("latin-1")
 
 
-@dataclass(slots=True)
+RawHeaders = list[tuple[bytes, bytes]]
+
+
 class RawResponse:
-    """A complete HTTP response; header names are lower-case."""
+    """A complete HTTP response.
 
-    status: int
-    headers: dict[str, str]
-    body: bytes
+    The native transport hands over the header pairs exactly as httptools
+    reported them; the lower-cased ``headers`` dict is built only if someone
+    asks (error decoding does, the success path does not).
+    """
+
+    __slots__ = ("_headers", "body", "raw_headers", "status")
+
+    def __init__(
+        self,
+        status: int,
+        headers: dict[str, str] | None,
+        body: bytes,
+        raw_headers: RawHeaders | None = None,
+    ) -> None:
+        self.status = status
+        self._headers = headers
+        self.body = body
+        self.raw_headers = raw_headers
+
+    @property
+    def headers(self) -> dict[str, str]:
+        headers = self._headers
+        if headers is None:
+            headers = self._headers = headers_from_raw(self.raw_headers or [])
+        return headers
+
+    def __repr__(self) -> str:
+        return f"RawResponse(status={self.status}, body={self.body[:64]!r})"
 
 
-@dataclass(slots=True)
+def headers_from_raw(raw: RawHeaders) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for name, value in raw:
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        previous = headers.get(key)
+        headers[key] = text if previous is None else f"{previous},{text}"
+    return headers
+
+
+# Response headers InvokeResult exposes, by the raw lower-case name.
+_RESULT_FIELDS = {
+    b"content-type": "content_type",
+    b"x-amzn-invoked-production-variant": "invoked_variant",
+    b"x-amzn-sagemaker-custom-attributes": "custom_attributes",
+    b"x-amzn-requestid": "request_id",
+    b"x-amzn-sagemaker-new-session-id": "new_session_id",
+    b"x-amzn-sagemaker-closed-session-id": "closed_session_id",
+}
+_FIELD_NAMES = tuple(_RESULT_FIELDS.values())
+
+
 class InvokeResult:
-    """What InvokeEndpoint returned, plus where and how the gateway got it."""
+    """What InvokeEndpoint returned, plus where and how the gateway got it.
 
-    body: bytes
-    content_type: str | None
-    invoked_variant: str | None = None
-    custom_attributes: str | None = None
-    request_id: str | None = None
-    new_session_id: str | None = None
-    closed_session_id: str | None = None
-    target: str | None = None  # the SageMaker endpoint that answered
-    hedged: bool = False  # a hedge attempt was sent during this call
-    attempts: int = 1
-    cache: str | None = None  # "near", "redis", "stale", "coalesced" or None
-    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    The header-derived fields (``content_type``, ``invoked_variant``,
+    ``custom_attributes``, ``request_id``, ``new_session_id``,
+    ``closed_session_id``) are decoded on first access: a caller that only
+    reads ``body`` never pays for them.
+    """
+
+    __slots__ = ("_fields", "_raw", "attempts", "body", "cache", "hedged", "target")
+
+    def __init__(
+        self,
+        body: bytes,
+        content_type: str | None = None,
+        *,
+        invoked_variant: str | None = None,
+        custom_attributes: str | None = None,
+        request_id: str | None = None,
+        new_session_id: str | None = None,
+        closed_session_id: str | None = None,
+        target: str | None = None,
+        hedged: bool = False,
+        attempts: int = 1,
+        cache: str | None = None,
+        raw_headers: RawHeaders | None = None,
+    ) -> None:
+        self.body = body
+        self.target = target  # the SageMaker endpoint that answered
+        self.hedged = hedged  # a hedge attempt was sent during this call
+        self.attempts = attempts
+        self.cache = cache  # "near", "redis", "stale", "coalesced" or None
+        self._raw = raw_headers
+        self._fields: dict[str, str] | None = (
+            None
+            if raw_headers is not None
+            else {
+                name: value
+                for name, value in (
+                    ("content_type", content_type),
+                    ("invoked_variant", invoked_variant),
+                    ("custom_attributes", custom_attributes),
+                    ("request_id", request_id),
+                    ("new_session_id", new_session_id),
+                    ("closed_session_id", closed_session_id),
+                )
+                if value is not None
+            }
+        )
+
+    def _field(self, name: str) -> str | None:
+        fields = self._fields
+        if fields is None:
+            fields = self._fields = {}
+            for raw_name, raw_value in self._raw or ():
+                field_name = _RESULT_FIELDS.get(raw_name.lower())
+                if field_name is not None:
+                    fields[field_name] = raw_value.decode("latin-1")
+        return fields.get(name)
+
+    @property
+    def content_type(self) -> str | None:
+        return self._field("content_type")
+
+    @property
+    def invoked_variant(self) -> str | None:
+        return self._field("invoked_variant")
+
+    @property
+    def custom_attributes(self) -> str | None:
+        return self._field("custom_attributes")
+
+    @property
+    def request_id(self) -> str | None:
+        return self._field("request_id")
+
+    @property
+    def new_session_id(self) -> str | None:
+        return self._field("new_session_id")
+
+    @property
+    def closed_session_id(self) -> str | None:
+        return self._field("closed_session_id")
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """Every response header, lower-case names (empty for cached answers)."""
+        return headers_from_raw(self._raw) if self._raw is not None else {}
+
+    def _public(self) -> tuple[object, ...]:
+        fields = tuple(self._field(name) for name in _FIELD_NAMES)
+        return (self.body, *fields, self.target, self.hedged, self.attempts, self.cache)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, InvokeResult):
+            return NotImplemented
+        return self._public() == other._public()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it replaced
+
+    def __repr__(self) -> str:
+        parts = ", ".join(
+            f"{name}={value!r}"
+            for name, value in zip(
+                ("body", *_FIELD_NAMES, "target", "hedged", "attempts", "cache"),
+                self._public(),
+                strict=True,
+            )
+        )
+        return f"InvokeResult({parts})"
 
 
 def result_from_response(response: RawResponse, target: str | None) -> InvokeResult:
+    raw = response.raw_headers
+    if raw is not None:
+        return InvokeResult(response.body, target=target, raw_headers=raw)
     headers = response.headers
     return InvokeResult(
-        body=response.body,
-        content_type=headers.get("content-type"),
+        response.body,
+        headers.get("content-type"),
         invoked_variant=headers.get("x-amzn-invoked-production-variant"),
         custom_attributes=headers.get("x-amzn-sagemaker-custom-attributes"),
         request_id=headers.get("x-amzn-requestid"),
         new_session_id=headers.get("x-amzn-sagemaker-new-session-id"),
         closed_session_id=headers.get("x-amzn-sagemaker-closed-session-id"),
         target=target,
-        headers=headers,
     )
 
 

@@ -8,14 +8,17 @@ Modes (switch at runtime with ``proxy.mode = ...``):
 - ``stall``: swallow requests; never answer.
 - ``half_close``: when a request arrives, shut down the write side to the client (FIN)
   and answer nothing, keeping the read side open.
-- ``slow``: dribble response bytes a few at a time.
+- ``slow``: dribble response bytes a few at a time (``slow_chunk`` bytes every
+  ``slow_delay`` seconds; the response head goes out at once, so a client is left
+  mid-body for as long as the dribble lasts).
 - ``close_on_reuse``: close a client connection (FIN) when its request number
   ``close_after + 1`` arrives: the stale keep-alive race, as the client sees it.
   Only connections that were open when the mode was set are affected, so the
   client's fresh connection afterwards gets through.
 - ``refuse``: stop listening (new connections are refused); existing ones keep working.
 
-Counters: ``accepted`` (client connections), ``requests`` (request lines seen).
+Counters: ``accepted`` (client connections), ``requests`` (request lines seen),
+``dribbled`` (bytes sent in ``slow`` mode).
 """
 
 from __future__ import annotations
@@ -146,9 +149,13 @@ class _Link:
                 self.kill(reset=True)
                 return
             if mode == "slow":
-                for start in range(0, len(data), 7):
-                    writer.write(data[start : start + 7])
-                    await asyncio.sleep(0.002)
+                chunk = proxy.slow_chunk
+                for start in range(0, len(data), chunk):
+                    if self.dead:
+                        return
+                    writer.write(data[start : start + chunk])
+                    proxy.dribbled += min(chunk, len(data) - start)
+                    await asyncio.sleep(proxy.slow_delay)
                 continue
             writer.write(data)
 
@@ -163,6 +170,9 @@ class FaultProxy:
         self.accepted = 0
         self.requests = 0
         self.half_closed = 0
+        self.slow_chunk = 7  # "slow" mode: bytes per write ...
+        self.slow_delay = 0.002  # ... and the pause after each
+        self.dribbled = 0  # bytes sent to clients in "slow" mode
         self.port = 0
         self._server: asyncio.Server | None = None
         self._links: set[_Link] = set()

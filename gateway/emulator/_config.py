@@ -6,6 +6,7 @@ accepts the same shape as the TOML file, so tests can write either.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -204,6 +205,9 @@ class _Table:
             return default
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{self.key(name)}: expected a number, got {value!r}")
+        # TOML has nan and inf: neither is a usable latency, rate or size.
+        if not math.isfinite(value):
+            raise ConfigError(f"{self.key(name)}: must be a finite number, got {value!r}")
         if value < low or (high is not None and value > high):
             bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
             raise ConfigError(f"{self.key(name)}: must be {bounds}, got {value!r}")

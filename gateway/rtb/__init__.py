@@ -1,5 +1,26 @@
 """OpenRTB pre-filter: parse bid requests, extract features, score, keep or drop.
 
+As a library::
+
+    async with Gateway(...) as gw:
+        bid_filter = BidFilter(gw, "bid-filter", policy=FilterPolicy(threshold=0.01))
+        decision = await bid_filter.decide(raw_body)      # Decision(keep, score, reason)
+        future = bid_filter.submit(raw_body)              # no coroutine: a Future[Decision]
+        ...
+        await bid_filter.aclose()
+
+`parse_bid_request` raises `InvalidBidRequest` naming the bad field; answer
+it (HTTP 400), never drop it silently. Scoring is batched (`max_batch`,
+`max_wait`) into one text/csv call per batch, and fails open: no score
+within the request's deadline (`tmax` less `tmax_margin`) keeps it.
+
+As a proxy: the sidecar's ``[rtb]`` table (`gateway.sidecar.RtbConfig`)
+serves ``POST /openrtb2/auction``, answers 204 for dropped requests and
+forwards kept ones to the bidders (``python -m gateway sidecar --config``).
+
+Measured by ``python -m bench.rtb_throughput`` (rate sweep, emulator and
+constant-score upstreams, CPU per request) and ``bench/test_rtb_bench.py``.
+
 Runtime path (parse, features, evaluator, BidFilter) is pure Python plus
 orjson; `gateway.rtb.train` and `gateway.rtb.report` need the train/plot
 extras (xgboost, numpy, matplotlib).

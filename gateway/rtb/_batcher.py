@@ -3,10 +3,17 @@
 A batch is sent when it is full, when the oldest row has waited `max_wait`,
 or as soon as some row's deadline is closer than one expected call
 (`call_time`): a deadline-near row flushes the batch early rather than
-waiting for company. Each row also carries its own expiry timer, so
-whatever the scorer does, nobody waits past their deadline: an expired
-row resolves to `None` (failed: the filter keeps it) and a late answer is
-ignored.
+waiting for company. Nobody waits past their deadline, whatever the scorer
+does: an expired row resolves as a failure (the filter keeps it) and a late
+answer is ignored.
+
+Cost per row is kept to a future and a small slot object: there is no timer
+per row. A waiting row needs none, because the one flush timer fires before
+any waiting row's deadline. A sent batch has one expiry timer at its
+earliest unexpired deadline, re-armed as rows expire (rows of one batch
+arrive within `max_wait` of each other, so that is one or two timers per
+batch), plus the call's own timeout at its latest deadline. There is one
+task per batch, never one per row.
 """
 
 from __future__ import annotations
@@ -14,9 +21,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 # (body, row count, timeout in seconds) -> one score per row, in row order
 ScoreBatch = Callable[[bytes, int, float], Awaitable[Sequence[float]]]
+Result = TypeVar("Result")
+# (score or None when it failed or came too late, the row's context) -> the row's result
+Finish = Callable[[float | None, float], Result]
 
 
 @dataclass(slots=True)
@@ -27,20 +38,35 @@ class BatchCounters:
     batch_sizes: dict[int, int] = field(default_factory=dict)  # size -> batches
 
 
-class _Pending:
-    __slots__ = ("deadline", "future", "row", "timer")
+class _Pending(Generic[Result]):
+    __slots__ = ("context", "deadline", "future", "row")
 
-    def __init__(self, row: bytes, future: asyncio.Future[float | None], deadline: float) -> None:
+    def __init__(
+        self, row: bytes, future: asyncio.Future[Result], deadline: float, context: float
+    ) -> None:
         self.row = row
         self.future = future
         self.deadline = deadline
-        self.timer: asyncio.TimerHandle | None = None
+        self.context = context
 
 
-class MicroBatcher:
+class _SentBatch(Generic[Result]):
+    """A batch in flight and its one expiry timer."""
+
+    __slots__ = ("entries", "expiry")
+
+    def __init__(self, entries: list[_Pending[Result]]) -> None:
+        self.entries = entries
+        self.expiry: asyncio.TimerHandle | None = None
+
+
+class MicroBatcher(Generic[Result]):
+    """Rows in, one future per row out, resolved with ``finish(score, context)``."""
+
     def __init__(
         self,
         score_batch: ScoreBatch,
+        finish: Finish[Result],
         *,
         max_batch: int,
         max_wait: float,
@@ -50,47 +76,47 @@ class MicroBatcher:
         if max_batch < 1 or max_wait < 0 or call_time < 0:
             raise ValueError("max_batch must be >= 1; max_wait and call_time >= 0")
         self._score_batch = score_batch
+        self._finish = finish
         self._max_batch = max_batch
         self._max_wait = max_wait
         self._call_time = call_time
         self._counters = counters
-        self._pending: list[_Pending] = []
+        self._pending: list[_Pending[Result]] = []
         self._flush_at = 0.0
         self._flush_timer: asyncio.TimerHandle | None = None
         self._in_flight: set[asyncio.Task[None]] = set()
 
-    def submit(self, row: bytes, deadline: float) -> asyncio.Future[float | None]:
-        """Queue one row; the future resolves to its score, or None on failure/timeout.
-
-        `deadline` is in the running loop's clock (`loop.time()`).
-        """
+    def submit(self, row: bytes, budget: float, context: float) -> asyncio.Future[Result]:
+        """Queue one row with `budget` seconds to live; `context` is passed to `finish`."""
         loop = asyncio.get_running_loop()
         now = loop.time()
-        future: asyncio.Future[float | None] = loop.create_future()
-        if deadline <= now:
+        future: asyncio.Future[Result] = loop.create_future()
+        if budget <= 0:
             self._counters.timeouts += 1
-            future.set_result(None)
+            future.set_result(self._finish(None, context))
             return future
-        entry = _Pending(row, future, deadline)
-        entry.timer = loop.call_at(deadline, self._expire, entry)
-        self._pending.append(entry)
-        if len(self._pending) >= self._max_batch:
+        deadline = now + budget
+        pending = self._pending
+        pending.append(_Pending(row, future, deadline, context))
+        if len(pending) >= self._max_batch:
             self._flush()
             return future
-        batch_due = now + self._max_wait if len(self._pending) == 1 else self._flush_at
-        flush_at = min(batch_due, deadline - self._call_time)
+        flush_at = deadline - self._call_time
+        if len(pending) == 1:
+            flush_at = min(flush_at, now + self._max_wait)
+        elif flush_at >= self._flush_at:
+            return future  # the batch is already due earlier
         if flush_at <= now:
             self._flush()
-        elif self._flush_timer is None or flush_at < self._flush_at:
+        else:
             self._schedule_flush(loop, flush_at)
         return future
 
     async def aclose(self) -> None:
         """Fail queued rows (they are kept) and cancel calls in flight."""
         self._cancel_flush_timer()
-        for entry in self._pending:
-            self._resolve(entry, None)
-        self._pending = []
+        pending, self._pending = self._pending, []
+        self._resolve_failed(pending)
         for task in list(self._in_flight):
             task.cancel()
         await asyncio.gather(*self._in_flight, return_exceptions=True)
@@ -107,25 +133,29 @@ class MicroBatcher:
 
     def _flush(self) -> None:
         self._cancel_flush_timer()
-        batch = [entry for entry in self._pending if not entry.future.done()]
-        self._pending = []
+        batch, self._pending = self._pending, []
         if not batch:
             return
         counters = self._counters
+        size = len(batch)
         counters.batches += 1
-        counters.batch_sizes[len(batch)] = counters.batch_sizes.get(len(batch), 0) + 1
-        task = asyncio.get_running_loop().create_task(self._send(batch))
+        counters.batch_sizes[size] = counters.batch_sizes.get(size, 0) + 1
+        task = asyncio.get_running_loop().create_task(self._send(_SentBatch(batch)))
         self._in_flight.add(task)
         task.add_done_callback(self._in_flight.discard)
 
-    async def _send(self, batch: list[_Pending]) -> None:
+    async def _send(self, sent: _SentBatch[Result]) -> None:
+        batch = sent.entries
         body = b"\n".join([entry.row for entry in batch])
-        last_deadline = max(entry.deadline for entry in batch)
+        deadlines = [entry.deadline for entry in batch]
+        first, last = min(deadlines), max(deadlines)
         loop = asyncio.get_running_loop()
+        if first < last:
+            sent.expiry = loop.call_at(first, self._expire_due, sent)
         try:
             # The scorer gets the timeout, but is not trusted to honour it.
-            async with asyncio.timeout_at(last_deadline):
-                scores = await self._score_batch(body, len(batch), last_deadline - loop.time())
+            async with asyncio.timeout_at(last):
+                scores = await self._score_batch(body, len(batch), last - loop.time())
             if len(scores) != len(batch):
                 raise ValueError(f"{len(scores)} scores for {len(batch)} rows")
         except asyncio.CancelledError:
@@ -137,26 +167,43 @@ class MicroBatcher:
         except Exception:  # any scorer failure: fail open, never propagate
             self._fail(batch, timed_out=False)
             return
+        finally:
+            if sent.expiry is not None:
+                sent.expiry.cancel()
+        finish = self._finish
         for entry, score in zip(batch, scores, strict=True):
-            self._resolve(entry, score)
+            future = entry.future
+            if not future.done():
+                future.set_result(finish(score, entry.context))
 
-    def _fail(self, batch: list[_Pending], *, timed_out: bool) -> None:
+    def _expire_due(self, sent: _SentBatch[Result]) -> None:
+        """Fail the rows whose deadline has come; re-arm for the next one."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        finish = self._finish
+        next_deadline = None
+        for entry in sent.entries:
+            if entry.future.done():
+                continue
+            if entry.deadline <= now:
+                self._counters.timeouts += 1
+                entry.future.set_result(finish(None, entry.context))
+            elif next_deadline is None or entry.deadline < next_deadline:
+                next_deadline = entry.deadline
+        sent.expiry = None
+        if next_deadline is not None:
+            sent.expiry = loop.call_at(next_deadline, self._expire_due, sent)
+
+    def _fail(self, batch: list[_Pending[Result]], *, timed_out: bool) -> None:
         unanswered = [entry for entry in batch if not entry.future.done()]
         if timed_out:
             self._counters.timeouts += len(unanswered)
         else:
             self._counters.errors += len(unanswered)
-        for entry in batch:
-            self._resolve(entry, None)
+        self._resolve_failed(unanswered)
 
-    def _expire(self, entry: _Pending) -> None:
-        if not entry.future.done():
-            self._counters.timeouts += 1
-            entry.future.set_result(None)
-
-    @staticmethod
-    def _resolve(entry: _Pending, score: float | None) -> None:
-        if entry.timer is not None:
-            entry.timer.cancel()
-        if not entry.future.done():
-            entry.future.set_result(score)
+    def _resolve_failed(self, entries: list[_Pending[Result]]) -> None:
+        finish = self._finish
+        for entry in entries:
+            if not entry.future.done():
+                entry.future.set_result(finish(None, entry.context))

@@ -3,6 +3,7 @@
     bid_filter = BidFilter(gateway, "bid-filter")      # gateway: any Scorer
     decision = await bid_filter.decide(raw_request)   # Decision(keep, score, reason)
     if not decision.keep: answer "no bid" (HTTP 204) at once
+    future = bid_filter.submit(raw_request)           # the same, as a Future[Decision]
 
 Scoring goes through the `Scorer` protocol (the signature of
 `Gateway.invoke`), one multi-row text/csv call per batch. The policy fails
@@ -179,8 +180,9 @@ class BidFilter:
         self._rng = random.Random(self._policy.seed)
         self._counts = FilterStats()
         self._batch_counters = BatchCounters()
-        self._batcher = MicroBatcher(
+        self._batcher: MicroBatcher[Decision] = MicroBatcher(
             self._score_batch,
+            self._apply,
             max_batch=max_batch,
             max_wait=max_wait,
             call_time=call_time,
@@ -206,6 +208,27 @@ class BidFilter:
         snapshot.batch_sizes = dict(counters.batch_sizes)
         return snapshot
 
+    def submit(
+        self,
+        request: BidRequest | bytes,
+        *,
+        now: float | None = None,
+        route: str | None = None,
+        budget: float | None = None,
+    ) -> asyncio.Future[Decision]:
+        """Queue one request; the future resolves to its Decision (it never fails).
+
+        For callers that are callbacks rather than coroutines (a protocol's
+        data handler, a load generator): no task is needed per request.
+        Parsing happens here, so `InvalidBidRequest` is raised at once.
+        """
+        parsed = request if isinstance(request, BidRequest) else parse_bid_request(request)
+        row = self._spec.to_csv_row(parsed, time.time() if now is None else now)
+        if budget is None:
+            tmax = parsed.tmax
+            budget = tmax / 1000.0 - self._tmax_margin if tmax else self._default_budget
+        return self._batcher.submit(row, budget, self._policy.threshold_for(parsed, route))
+
     async def decide(
         self,
         request: BidRequest | bytes,
@@ -219,8 +242,7 @@ class BidFilter:
         Raw bytes are parsed first; `InvalidBidRequest` propagates (the caller
         answers it, typically with HTTP 400 or "no bid").
         """
-        parsed, future = self._submit(request, now, route, budget)
-        return self._apply(await future, self._policy.threshold_for(parsed, route))
+        return await self.submit(request, now=now, route=route, budget=budget)
 
     async def decide_many(
         self,
@@ -228,32 +250,14 @@ class BidFilter:
         *,
         now: float | None = None,
         route: str | None = None,
+        budget: float | None = None,
     ) -> list[Decision]:
         """Decide a burst at once: all requests join batches before any is awaited."""
-        submitted = [self._submit(r, now, route, None) for r in requests]
-        decisions = []
-        for parsed, future in submitted:
-            score = await future
-            decisions.append(self._apply(score, self._policy.threshold_for(parsed, route)))
-        return decisions
+        futures = [self.submit(r, now=now, route=route, budget=budget) for r in requests]
+        return [await future for future in futures]
 
     async def aclose(self) -> None:
         await self._batcher.aclose()
-
-    def _submit(
-        self,
-        request: BidRequest | bytes,
-        now: float | None,
-        route: str | None,
-        budget: float | None,
-    ) -> tuple[BidRequest, asyncio.Future[float | None]]:
-        parsed = request if isinstance(request, BidRequest) else parse_bid_request(request)
-        row = self._spec.to_csv_row(parsed, time.time() if now is None else now)
-        if budget is None:
-            tmax = parsed.tmax
-            budget = tmax / 1000.0 - self._tmax_margin if tmax else self._default_budget
-        deadline = asyncio.get_running_loop().time() + budget
-        return parsed, self._batcher.submit(row, deadline)
 
     def _apply(self, score: float | None, threshold: float) -> Decision:
         counts = self._counts

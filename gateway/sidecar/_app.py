@@ -26,6 +26,7 @@ from gateway.sidecar._auth import Authenticator, SigV4Rejected
 from gateway.sidecar._config import SidecarConfig
 from gateway.sidecar._errors import error_response, gateway_error_response, new_request_id
 from gateway.sidecar._metrics import SidecarMetrics
+from gateway.sidecar._rtb import RtbProxy
 
 __all__ = ["TIMEOUT_HEADER", "SidecarApp"]
 
@@ -97,8 +98,10 @@ class SidecarApp:
         gateway: Gateway,
         config: SidecarConfig,
         authenticate: Authenticator | None,
+        rtb: RtbProxy | None = None,
     ) -> None:
         self._gw = gateway
+        self.rtb = rtb
         self._max_in_flight = config.max_in_flight
         self._default_timeout = (
             config.default_timeout_ms / 1000 if config.default_timeout_ms is not None else None
@@ -109,6 +112,8 @@ class SidecarApp:
         self.metrics = SidecarMetrics(lambda: self.in_flight)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.metrics)
+        if rtb is not None:
+            self.registry.register(rtb.metrics)
         collector_factory = getattr(gateway, "prometheus_collector", None)
         if callable(collector_factory):
             self.registry.register(collector_factory())
@@ -117,6 +122,9 @@ class SidecarApp:
 
     async def handle(self, request: Request) -> Response | StreamingResponse:
         path = request.path
+        rtb = self.rtb
+        if rtb is not None and path == rtb.path and request.method == "POST":
+            return await self._openrtb(rtb, request)
         if path.startswith("/endpoints/"):
             name, _, action = path[11:].partition("/")
             operation = _ACTIONS.get(action)
@@ -164,6 +172,24 @@ class SidecarApp:
             response.status,
             time.perf_counter() - started,
         )
+        return response
+
+    async def _openrtb(self, rtb: RtbProxy, request: Request) -> Response:
+        """Proxy mode: score, then 204 or the bidder's answer (see ``_rtb``)."""
+        started = time.perf_counter()
+        refused = self._admit(request)
+        if refused is not None:
+            return refused
+        self.in_flight += 1
+        try:
+            response = await rtb.handle(request)
+        except Exception:
+            # A bug, not a bidder's or the model's failure: answer "no bid".
+            logger.exception("openrtb request failed unexpectedly")
+            response = Response(204)
+        finally:
+            self.in_flight -= 1
+        self.metrics.record("openrtb", "openrtb", response.status, time.perf_counter() - started)
         return response
 
     def _admit(self, request: Request) -> Response | None:

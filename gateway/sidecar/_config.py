@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway._config import number_setting
 from gateway.errors import ConfigError
 
 __all__ = ["AuthSettings", "SidecarConfig", "is_loopback", "parse_listen"]
@@ -149,12 +150,8 @@ def _reject_unknown(section: str, mapping: Mapping[str, Any], allowed: set[str])
 
 
 def _number(where: str, value: Any, minimum: float, *, integer: bool = False) -> Any:
-    kind = "an integer" if integer else "a number"
-    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
-        raise ConfigError(f"{where}: must be {kind}, got {value!r}")
-    if value < minimum:
-        raise ConfigError(f"{where}: must be {kind} >= {minimum:g}, got {value!r}")
-    return value
+    # One validator for every config section: finite, typed, bounded.
+    return number_setting(where, value, minimum=minimum, integer=integer)
 
 
 def _credentials(where: str, value: Any) -> dict[str, str]:

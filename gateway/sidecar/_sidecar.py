@@ -27,6 +27,7 @@ from gateway.sidecar._app import SidecarApp
 from gateway.sidecar._auth import make_authenticator
 from gateway.sidecar._config import SidecarConfig, parse_listen
 from gateway.sidecar._logging import configure_logging
+from gateway.sidecar._rtb import RtbConfig, RtbProxy
 
 __all__ = ["Sidecar", "SidecarProcess", "main"]
 
@@ -48,6 +49,10 @@ class Sidecar:
     never closes it). Given a config (object, mapping or TOML/JSON path), the
     sidecar builds, starts and closes its own Gateway. Without ``config``,
     the ``[sidecar]`` table of the gateway's config is used.
+
+    Proxy mode (an OpenRTB path scored by the bid filter, kept requests
+    forwarded to bidders) is on when ``rtb`` is given or the gateway's
+    config has an ``[rtb]`` table.
     """
 
     def __init__(
@@ -57,6 +62,7 @@ class Sidecar:
         port: int | None = None,
         *,
         config: SidecarConfig | None = None,
+        rtb: RtbConfig | None = None,
     ) -> None:
         self._owns_gateway = not isinstance(gateway_or_config, Gateway)
         self.gateway = _as_gateway(gateway_or_config)
@@ -67,7 +73,10 @@ class Sidecar:
         default_host, default_port = parse_listen(config.listen, "sidecar.listen")
         self._host = default_host if host is None else host
         self._requested_port = default_port if port is None else port
-        self.app = SidecarApp(self.gateway, config, make_authenticator(config.auth))
+        if rtb is None and "rtb" in self.gateway.config.sections:
+            rtb = RtbConfig.from_mapping(self.gateway.config.sections["rtb"])
+        self.rtb = RtbProxy(self.gateway, rtb) if rtb is not None else None
+        self.app = SidecarApp(self.gateway, config, make_authenticator(config.auth), self.rtb)
         self._server: Server | None = None
 
     @property
@@ -103,12 +112,13 @@ class Sidecar:
         self.config.check_bind(self._host)
         await self.gateway.start()
         try:
+            if self.rtb is not None:
+                await self.rtb.start()
             self._server = await start_server(
                 self.app.handle, self._host, self._requested_port, limits=self.limits()
             )
         except BaseException:
-            if self._owns_gateway:
-                await self.gateway.aclose()
+            await self._close_owned()
             raise
         self.app.started = True
         logger.info(
@@ -129,6 +139,11 @@ class Sidecar:
             in_flight = self.app.in_flight
             await server.close(self.config.shutdown_grace_s if grace is None else grace)
             logger.info("sidecar stopped", extra={"in_flight_at_stop": in_flight})
+        await self._close_owned()
+
+    async def _close_owned(self) -> None:
+        if self.rtb is not None:
+            await self.rtb.aclose()
         if self._owns_gateway:
             await self.gateway.aclose()
 
@@ -328,6 +343,8 @@ def _command_config(args: argparse.Namespace) -> tuple[GatewayConfig, SidecarCon
         }
     gateway_config = GatewayConfig.from_mapping(mapping)
     sidecar_config = SidecarConfig.from_mapping(gateway_config.sections.get("sidecar", {}))
+    if "rtb" in gateway_config.sections:  # validated now: a bad key fails before listening
+        RtbConfig.from_mapping(gateway_config.sections["rtb"])
     return gateway_config, sidecar_config
 
 

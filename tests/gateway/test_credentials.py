@@ -259,11 +259,6 @@ async def test_stream_waits_in_the_mandatory_window(emulator: Emulator) -> None:
     await _mandatory_case(emulator, call)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Gateway.invoke never calls _ensure_credentials (only invoke_stream/invoke_async "
-    "do), so it signs with credentials inside the mandatory window instead of waiting",
-)
 async def test_invoke_waits_in_the_mandatory_window(emulator: Emulator) -> None:
     async def call(gateway: Gateway) -> None:
         assert (await gateway.invoke("echo", b"abc")).body == b"abc"

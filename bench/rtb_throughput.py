@@ -1,0 +1,360 @@
+"""RTB pre-filter throughput: parse + features + batched scoring via Gateway + policy.
+
+    python -m bench.rtb_throughput                  # rate sweep, both upstreams
+    python -m bench.rtb_throughput --quick --json   # CI smoke run
+    python -m bench.rtb_throughput --profile 20000  # cProfile of the filter side
+
+The filter runs here, on one event loop (one core at most). Synthetic bid
+requests arrive open-loop at a steady offered rate (submitted each ~1 ms
+tick, through `BidFilter.submit`, no task per request); latency is measured
+from just before submit (so it includes parse and features) to the decision.
+The scoring endpoint runs in a child process so its CPU is not the filter's:
+
+  emulator  the emulator's `bid-filter` endpoint: the real XGBoost model
+            (pure Python, ~3-5 us per row) behind the SageMaker wire API
+  stub      a constant-score endpoint (one "0.5" line per row), so the
+            filter side's own cost is isolated from the model's
+
+CPU use is read per process (getrusage here, /proc for the child) over the
+measured window. On a 2-core machine both processes share the cores with
+whatever else runs, so compare ratios and CPU per request, not absolutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import functools
+import io
+import json
+import multiprocessing
+import os
+import pstats
+import resource
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from gateway import Gateway
+from gateway.emulator import Emulator
+from gateway.rtb import BidFilter, Decision, FilterPolicy, load_bundled_spec, parse_bid_request
+from gateway.rtb.synth import sample_bodies
+
+NOW = 1_717_597_800.0
+TICK_S = 0.001
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Plan:
+    rates: tuple[int, ...]
+    seconds: float
+    warmup_s: float
+    upstreams: tuple[str, ...]
+    model_latency_ms: float
+    max_batch: int
+    max_wait_ms: float
+    threshold: float
+
+
+@dataclass
+class Row:
+    upstream: str
+    offered_rps: float
+    achieved_rps: float
+    p50_ms: float
+    p99_ms: float
+    p999_ms: float
+    filter_cpu_pct: float
+    filter_cpu_us_per_request: float
+    upstream_cpu_pct: float
+    upstream_cpu_us_per_request: float
+    mean_batch: float
+    batches: int
+    failed_open: int
+    kept_share: float
+    keeping_up: bool
+
+
+# -- upstreams (child processes) ---------------------------------------------------
+
+
+def _constant_scores_server(port_out: Any) -> None:
+    """Child process: answers each text/csv POST with one "0.5" line per row."""
+    import uvloop
+
+    from gateway._http_server import Request, Response, start_server
+
+    headers = (("Content-Type", "text/csv"),)
+
+    async def handle(request: Request) -> Response:
+        return Response(200, headers, b"0.5\n" * (request.body.count(b"\n") + 1))
+
+    async def serve() -> None:
+        server = await start_server(handle, "127.0.0.1", 0)
+        port_out.send(server.port)
+        await asyncio.Event().wait()  # until terminated
+
+    uvloop.run(serve())
+
+
+@contextmanager
+def upstream(kind: str, plan: Plan) -> Iterator[tuple[str, int]]:
+    """(url, pid) of a scoring endpoint named `bid-filter` in a child process."""
+    if kind == "emulator":
+        latency = {"base_ms": plan.model_latency_ms, "jitter_ms": plan.model_latency_ms / 5}
+        endpoint = {"model": {"type": "xgboost"}, "latency": latency}
+        process = Emulator.start_subprocess({"seed": 1, "endpoints": {"bid-filter": endpoint}})
+        try:
+            yield process.url, process.process.pid
+        finally:
+            process.stop()
+        return
+    context = multiprocessing.get_context("spawn")
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_constant_scores_server, args=(send,), daemon=True)
+    child.start()
+    try:
+        if not receive.poll(30):
+            raise RuntimeError("the stub endpoint did not start")
+        assert child.pid is not None
+        yield f"http://127.0.0.1:{receive.recv()}", child.pid
+    finally:
+        child.terminate()
+        child.join(10)
+        receive.close()
+
+
+def process_cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime + stime
+
+
+def own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+# -- the load -------------------------------------------------------------------
+
+
+class Recorder:
+    """Latency of each decision; a done-callback per request (no task)."""
+
+    def __init__(self) -> None:
+        self.latencies: list[float] = []
+        self.kept = 0
+        self.outstanding = 0
+        self.submitting = True
+        self.drained = asyncio.Event()
+
+    def done(self, submitted: float, future: asyncio.Future[Decision]) -> None:
+        self.latencies.append(time.perf_counter() - submitted)
+        self.outstanding -= 1
+        if future.result().keep:
+            self.kept += 1
+        if not self.outstanding and not self.submitting:
+            self.drained.set()
+
+    async def wait_drained(self) -> None:
+        self.submitting = False
+        if self.outstanding:
+            await self.drained.wait()
+
+
+async def offer(
+    bid_filter: BidFilter, bodies: Sequence[bytes], rate: float, seconds: float
+) -> Recorder:
+    """Submit `rate` requests per second for `seconds`, then wait for every decision."""
+    recorder = Recorder()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    submitted = 0
+    total = int(rate * seconds)
+    count = len(bodies)
+    clock = time.perf_counter
+    while submitted < total:
+        due = min(total, int((loop.time() - started) * rate) + 1)
+        while submitted < due:
+            body = bodies[submitted % count]
+            submitted += 1
+            at = clock()
+            future = bid_filter.submit(body, now=NOW)
+            recorder.outstanding += 1
+            future.add_done_callback(functools.partial(recorder.done, at))
+        await asyncio.sleep(TICK_S)
+    await recorder.wait_drained()
+    return recorder
+
+
+def percentile(sorted_values: Sequence[float], share: float) -> float:
+    index = min(len(sorted_values) - 1, int(share * len(sorted_values)))
+    return sorted_values[index]
+
+
+async def measure(url: str, pid: int, kind: str, rate: int, plan: Plan) -> Row:
+    bodies = sample_bodies(4096, seed=17)
+    policy = FilterPolicy(threshold=plan.threshold)
+    async with Gateway(region="us-east-1", endpoint_url=url, credentials=("AK", "SK")) as gw:
+        bid_filter = BidFilter(
+            gw, "bid-filter", policy=policy, max_batch=plan.max_batch,
+            max_wait=plan.max_wait_ms / 1000,
+        )  # fmt: skip
+        try:
+            await offer(bid_filter, bodies, rate, plan.warmup_s)
+            before = bid_filter.stats
+            cpu, child_cpu, wall = own_cpu_s(), process_cpu_s(pid), time.perf_counter()
+            recorder = await offer(bid_filter, bodies, rate, plan.seconds)
+            wall = time.perf_counter() - wall
+            cpu, child_cpu = own_cpu_s() - cpu, process_cpu_s(pid) - child_cpu
+            after = bid_filter.stats
+        finally:
+            await bid_filter.aclose()
+    return _row(kind, rate, plan, recorder, (wall, cpu, child_cpu), before, after)
+
+
+def _row(
+    kind: str,
+    rate: int,
+    plan: Plan,
+    recorder: Recorder,
+    times: tuple[float, float, float],
+    before: Any,
+    after: Any,
+) -> Row:
+    wall, cpu, child_cpu = times
+    done = len(recorder.latencies)
+    latencies = sorted(recorder.latencies)
+    batches = after.batches - before.batches
+    achieved = done / wall
+    return Row(
+        upstream=kind,
+        offered_rps=float(rate),
+        achieved_rps=round(achieved, 1),
+        p50_ms=round(percentile(latencies, 0.50) * 1000, 3),
+        p99_ms=round(percentile(latencies, 0.99) * 1000, 3),
+        p999_ms=round(percentile(latencies, 0.999) * 1000, 3),
+        filter_cpu_pct=round(100 * cpu / wall, 1),
+        filter_cpu_us_per_request=round(cpu / done * 1e6, 2),
+        upstream_cpu_pct=round(100 * child_cpu / wall, 1),
+        upstream_cpu_us_per_request=round(child_cpu / done * 1e6, 2),
+        mean_batch=round(done / batches, 1) if batches else 0.0,
+        batches=batches,
+        failed_open=after.failed_open - before.failed_open,
+        kept_share=round(recorder.kept / done, 3),
+        # open loop: falling behind shows up as a longer window than planned
+        keeping_up=wall < plan.seconds * 1.05 + 0.05,
+    )
+
+
+def parse_and_features_us(rounds: int = 3, count: int = 2000) -> float:
+    """Best-of-`rounds` CPU per request of parse_bid_request + spec.to_csv_row."""
+    spec = load_bundled_spec()
+    bodies = sample_bodies(count, seed=5)
+    best = float("inf")
+    for _ in range(rounds):
+        started = time.process_time()
+        for body in bodies:
+            spec.to_csv_row(parse_bid_request(body), NOW)
+        best = min(best, (time.process_time() - started) / count)
+    return round(best * 1e6, 2)
+
+
+# -- command line -----------------------------------------------------------------
+
+
+def run(plan: Plan, run_one: Callable[[Any], Any]) -> dict[str, Any]:
+    rows: list[Row] = []
+    for kind in plan.upstreams:
+        with upstream(kind, plan) as (url, pid):
+            rows.extend(run_one(measure(url, pid, kind, rate, plan)) for rate in plan.rates)
+    return {
+        "plan": asdict(plan),
+        "parse_features_us": parse_and_features_us(),
+        "cpus": os.cpu_count(),
+        "rows": [asdict(row) for row in rows],
+    }
+
+
+def profile(plan: Plan, rate: int, run_one: Callable[[Any], Any]) -> str:
+    """cProfile of the filter side against the constant-score stub."""
+    with upstream("stub", plan) as (url, pid):
+        profiler = cProfile.Profile()
+        profiler.enable()
+        run_one(measure(url, pid, "stub", rate, plan))
+        profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(30)
+    return out.getvalue()
+
+
+def render(report: dict[str, Any]) -> str:
+    columns = (
+        ("upstream", "upstream", "{}"),
+        ("offered_rps", "offered/s", "{:.0f}"),
+        ("achieved_rps", "done/s", "{:.0f}"),
+        ("p50_ms", "p50 ms", "{:.2f}"),
+        ("p99_ms", "p99 ms", "{:.2f}"),
+        ("p999_ms", "p99.9 ms", "{:.2f}"),
+        ("filter_cpu_pct", "filter CPU%", "{:.0f}"),
+        ("filter_cpu_us_per_request", "filter us/req", "{:.1f}"),
+        ("upstream_cpu_pct", "upstream CPU%", "{:.0f}"),
+        ("mean_batch", "rows/batch", "{:.1f}"),
+        ("failed_open", "failed open", "{}"),
+        ("keeping_up", "keeps up", "{}"),
+    )
+    lines = [" | ".join(title for _, title, _ in columns)]
+    lines.append(" | ".join("-" * len(title) for _, title, _ in columns))
+    for row in report["rows"]:
+        cells = [fmt.format(row[key]).rjust(len(title)) for key, title, fmt in columns]
+        lines.append(" | ".join(cells))
+    lines.append(f"parse + features: {report['parse_features_us']} us/request (best of 3)")
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench.rtb_throughput", description=__doc__)
+    parser.add_argument("--rates", default="10000,20000,30000,40000", help="offered loads, req/s")
+    parser.add_argument("--seconds", type=float, default=3.0, help="measured window per rate")
+    parser.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds first")
+    parser.add_argument("--upstreams", default="emulator,stub", help="emulator, stub or both")
+    parser.add_argument("--model-latency-ms", type=float, default=1.0)
+    parser.add_argument("--max-batch", type=int, default=64)
+    parser.add_argument("--max-wait-ms", type=float, default=1.0)
+    parser.add_argument("--threshold", type=float, default=0.01)
+    parser.add_argument("--quick", action="store_true", help="one low rate, short windows (CI)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--profile", type=int, metavar="RATE", help="cProfile at RATE (stub)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    quick = args.quick
+    plan = Plan(
+        rates=(2000,) if quick else tuple(int(r) for r in args.rates.split(",")),
+        seconds=0.5 if quick else args.seconds,
+        warmup_s=0.2 if quick else args.warmup,
+        upstreams=tuple(args.upstreams.split(",")),
+        model_latency_ms=args.model_latency_ms,
+        max_batch=args.max_batch,
+        max_wait_ms=args.max_wait_ms,
+        threshold=args.threshold,
+    )
+    import uvloop
+
+    if args.profile:
+        print(profile(plan, args.profile, uvloop.run))
+        return 0
+    report = run(plan, uvloop.run)
+    print(json.dumps(report, indent=2) if args.json else render(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

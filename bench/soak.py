@@ -1,0 +1,535 @@
+"""Soak: calls through the library and the sidecar for a bounded time, faults at random.
+
+::
+
+    python -m bench.soak [--duration SECONDS] [--quick] [--seed N] [--json]
+
+An emulator child process serves two endpoints (``a`` and ``b``, one route
+``pair`` over both, hedged and retried); a Redis server of our own backs
+the prediction cache. Library callers use a ``Gateway``; sidecar callers
+send plain HTTP to an in-process ``Sidecar`` (with a Gateway of its own).
+A fault scheduler alternates quiet spells with one fault at a time, chosen
+at random:
+
+- ``reset``:        the emulator resets a share of connections on ``a``
+- ``stall``:        the emulator holds a share of answers on ``b`` past the deadline
+- ``error_burst``:  ``a`` answers a share of calls with ServiceUnavailable
+- ``eject``:        ``a`` fails every call until it is ejected, then heals and is re-admitted
+- ``redis_restart``: the Redis server is killed and started again on its port
+
+Printed at the end: calls made, succeeded, failed by cause, hung (a call
+not finished by its deadline plus slack; must be 0), lost (a call with no
+recorded outcome; must be 0), leaked sockets (open sockets after closing
+everything vs before starting; must be 0), unexpected (a failure whose
+cause no fault active around that call could produce; must be 0), and p99
+latency per phase. The exit status is 1 when any of the must-be-0 counts
+is not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+
+from gateway import Gateway, errors
+from gateway.emulator import Emulator, EmulatorProcess
+from gateway.sidecar import Sidecar
+
+ACCESS_KEY = "AKIDSOAK"
+SECRET_KEY = "soak-secret-key"
+CALL_TIMEOUT_S = 0.5
+HANG_SLACK_S = 2.0
+# A fault's effects can outlast its window: a stalled answer is still held,
+# a reset connection is noticed on its next use.
+FAULT_GRACE_S = 2.5
+STALL_MS = 1500.0
+
+EMULATOR_CONFIG: dict[str, Any] = {
+    "seed": 17,
+    "auth": {"credentials": {ACCESS_KEY: SECRET_KEY}},
+    "endpoints": {
+        "a": {"latency": {"base_ms": 1.0, "jitter_ms": 0.5}},
+        "b": {"latency": {"base_ms": 1.0, "jitter_ms": 0.5}},
+    },
+}
+
+ROUTES: dict[str, Any] = {
+    "pair": {
+        "targets": [{"endpoint": "a"}, {"endpoint": "b"}],
+        "hedge": {"enabled": True, "max_extra_load": 0.1, "min_delay_ms": 5},
+        "retry": {"max_attempts": 3, "budget_ratio": 0.5},
+        "ejection": {
+            "consecutive_failures": 5,
+            "base_ejection_s": 1.0,
+            "max_ejection_s": 2.0,
+            "max_ejected_share": 0.5,
+        },
+    }
+}
+
+# Causes each fault can produce (see ``cause_of`` for the names).
+TIMEOUT = "timeout"
+TRANSPORT = "transport"
+FAULT_CAUSES: dict[str, frozenset[str]] = {
+    "reset": frozenset({TRANSPORT, TIMEOUT, "unavailable"}),
+    "stall": frozenset({TIMEOUT}),
+    "error_burst": frozenset({"ServiceUnavailable", "unavailable", TIMEOUT}),
+    "eject": frozenset({"InternalFailure", TIMEOUT}),
+    "redis_restart": frozenset(),  # the cache fails open: no call may fail
+}
+FAULTS = tuple(FAULT_CAUSES)
+
+
+# -- causes ---------------------------------------------------------------------
+
+
+def cause_of(error: BaseException) -> str:
+    """A library failure as a cause name."""
+    if isinstance(error, errors.TimeoutError):
+        return TIMEOUT
+    if isinstance(error, errors.ConnectError):
+        return "unavailable"
+    if isinstance(error, errors.TransportError):
+        return TRANSPORT
+    if isinstance(error, errors.ServiceError):
+        return error.code
+    return f"unexpected:{type(error).__name__}"
+
+
+def sidecar_cause(response: httpx.Response) -> str:
+    """A sidecar error answer as the same cause names (see sidecar/_errors.py)."""
+    code = response.headers.get("x-amzn-errortype", "").split(":", 1)[0]
+    if code == "ModelError":
+        with contextlib.suppress(orjson.JSONDecodeError):
+            body = orjson.loads(response.content)
+            if isinstance(body, dict) and body.get("OriginalStatusCode") == 504:
+                return TIMEOUT
+    if code == "InternalDependencyException":
+        return TRANSPORT
+    if code == "ServiceUnavailable":
+        return "ServiceUnavailable"
+    return code or f"http{response.status_code}"
+
+
+# -- bookkeeping -----------------------------------------------------------------
+
+
+@dataclass
+class FaultWindow:
+    kind: str
+    start: float
+    end: float = float("inf")
+
+
+@dataclass
+class Ledger:
+    started: int = 0
+    outcomes: dict[int, str] = field(default_factory=dict)  # call id -> "ok" or cause
+    failed: Counter[str] = field(default_factory=Counter)
+    unexpected: Counter[str] = field(default_factory=Counter)
+    hung: int = 0
+    latencies: dict[tuple[str, str], list[float]] = field(default_factory=lambda: defaultdict(list))
+    windows: list[FaultWindow] = field(default_factory=list)
+
+    def phase_at(self, moment: float) -> str:
+        for window in reversed(self.windows):
+            if window.start <= moment <= window.end:
+                return window.kind
+        return "quiet"
+
+    def expected(self, cause: str, start: float, end: float) -> bool:
+        for window in self.windows:
+            overlaps = window.start <= end and start <= window.end + FAULT_GRACE_S
+            if overlaps and cause in FAULT_CAUSES[window.kind]:
+                return True
+        return False
+
+    def begin(self) -> int:
+        self.started += 1
+        return self.started
+
+    def record(self, via: str, call: int, start: float, cause: str) -> None:
+        end = time.monotonic()
+        self.outcomes[call] = cause
+        if cause == "ok":
+            self.latencies[(via, self.phase_at(start))].append(end - start)
+            return
+        self.failed[f"{via}:{cause}"] += 1
+        if cause == "hung":
+            self.hung += 1
+        elif not self.expected(cause, start, end):
+            self.unexpected[f"{via}:{cause}"] += 1
+
+
+# -- infrastructure -----------------------------------------------------------------
+
+
+def socket_fds() -> int:
+    count = 0
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                count += 1
+    return count
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class RedisProcess:
+    """A throw-away redis-server on a free port; kill() and start() again on it."""
+
+    def __init__(self) -> None:
+        self.port = _free_port()
+        self.workdir = tempfile.mkdtemp(prefix="soak-redis-")
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self._proc = subprocess.Popen(
+            [
+                *("redis-server", "--port", str(self.port), "--bind", "127.0.0.1"),
+                *("--save", "", "--appendonly", "no", "--dir", self.workdir),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock,
+            ):
+                sock.sendall(b"PING\r\n")
+                if sock.recv(16).startswith(b"+PONG"):
+                    return
+            time.sleep(0.02)
+        raise RuntimeError("redis-server did not start")
+
+    def kill(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+            self._proc = None
+
+    def cleanup(self) -> None:
+        self.kill()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _gateway(url: str, redis_url: str | None) -> Gateway:
+    cache: dict[str, Any] | None = None
+    if redis_url is not None:
+        cache = {
+            "namespace": f"soak-{os.getpid()}",
+            "redis_url": redis_url,
+            "ttl_s": 30,
+            "near_max_entries": 64,
+            "redis_socket_timeout_ms": 50,
+            "circuit_failures": 3,
+            "circuit_reset_s": 0.5,
+        }
+    return Gateway(
+        "us-east-1",
+        endpoint_url=url,
+        credentials=(ACCESS_KEY, SECRET_KEY),
+        routes=ROUTES,
+        cache=cache,
+        pool={"prewarm": 2, "connect_timeout_ms": 300},
+    )
+
+
+# -- callers ---------------------------------------------------------------------
+
+
+async def library_caller(
+    gw: Gateway, ledger: Ledger, stop: asyncio.Event, rng: random.Random
+) -> None:
+    while not stop.is_set():
+        call = ledger.begin()
+        # A third repeat a small key set (cache hits: near and Redis); the rest are new.
+        repeat = rng.random() < 0.33
+        body = b"hot-%d" % rng.randrange(200) if repeat else b"call-%d" % call
+        start = time.monotonic()
+        try:
+            async with asyncio.timeout(CALL_TIMEOUT_S + HANG_SLACK_S):
+                result = await gw.invoke("pair", body, timeout=CALL_TIMEOUT_S)
+        except TimeoutError as error:
+            if isinstance(error, errors.GatewayError):
+                ledger.record("library", call, start, cause_of(error))
+            else:
+                ledger.record("library", call, start, "hung")
+        except Exception as error:
+            ledger.record("library", call, start, cause_of(error))
+        else:
+            ledger.record(
+                "library", call, start, "ok" if result.body == body else "unexpected:wrong-body"
+            )
+        await asyncio.sleep(rng.random() * 0.004)
+
+
+async def sidecar_caller(
+    http: httpx.AsyncClient, ledger: Ledger, stop: asyncio.Event, rng: random.Random
+) -> None:
+    headers = {"content-type": "text/plain", "x-gateway-timeout-ms": str(CALL_TIMEOUT_S * 1000)}
+    while not stop.is_set():
+        call = ledger.begin()
+        body = b"side-%d" % call
+        start = time.monotonic()
+        try:
+            async with asyncio.timeout(CALL_TIMEOUT_S + HANG_SLACK_S):
+                response = await http.post(
+                    "/endpoints/pair/invocations", content=body, headers=headers
+                )
+        except TimeoutError:
+            ledger.record("sidecar", call, start, "hung")
+        except httpx.HTTPError as error:
+            # The sidecar itself must never drop a connection on its client.
+            ledger.record("sidecar", call, start, f"unexpected:{type(error).__name__}")
+        else:
+            if response.status_code == 200:
+                ok = response.content == body
+                ledger.record("sidecar", call, start, "ok" if ok else "unexpected:wrong-body")
+            else:
+                ledger.record("sidecar", call, start, sidecar_cause(response))
+        await asyncio.sleep(rng.random() * 0.004)
+
+
+# -- faults ----------------------------------------------------------------------
+
+
+async def inject(
+    kind: str,
+    emulator: EmulatorProcess,
+    redis: RedisProcess,
+    rng: random.Random,
+    favoured: str,
+) -> None:
+    """Apply one fault for a random spell, then undo it.
+
+    The balancer steers away from a target that fails, so probabilistic faults
+    go to both endpoints (no call can dodge them); ``eject`` hits the target the
+    balancer favours right now, so it takes the failures and is ejected.
+    """
+    hold = 0.6 + rng.random() * 0.8
+    both: tuple[str, ...] = ("a", "b")
+    if kind == "redis_restart":
+        await asyncio.to_thread(redis.kill)
+        await asyncio.sleep(hold / 2)
+        await asyncio.to_thread(redis.start)
+        return
+    changes: dict[str, Any]
+    if kind == "reset":
+        targets, changes = both, {"reset_rate": 0.1}
+    elif kind == "stall":
+        targets, changes = both, {"stall_rate": 0.05, "stall_ms": STALL_MS}
+    elif kind == "error_burst":
+        targets, changes = both, {"error_rates": {"ServiceUnavailable": 0.2}}
+    elif kind == "eject":
+        targets, changes = (favoured,), {"error_rates": {"InternalFailure": 1.0}}
+    else:  # pragma: no cover - FAULTS lists every kind
+        raise ValueError(kind)
+    for endpoint in targets:
+        await asyncio.to_thread(emulator.set_faults, endpoint, **changes)
+    await asyncio.sleep(hold)
+    for endpoint in targets:
+        await asyncio.to_thread(emulator.restore, endpoint)
+
+
+def _favoured(gw: Gateway) -> str:
+    targets = [t for t in gw.route("pair").targets if t.ejected_until is None]
+    best = min(targets, key=lambda t: t.ewma_ms) if targets else gw.route("pair").targets[0]
+    return best.target.endpoint
+
+
+async def fault_scheduler(
+    ledger: Ledger,
+    stop: asyncio.Event,
+    emulator: EmulatorProcess,
+    redis: RedisProcess,
+    rng: random.Random,
+    gw: Gateway,
+) -> Counter[str]:
+    injected: Counter[str] = Counter()
+    # Every kind once (in random order) before any repeats, so a short run sees them all.
+    queue = rng.sample(FAULTS, len(FAULTS))
+    await asyncio.sleep(0.5)
+    while not stop.is_set():
+        kind = queue.pop(0) if queue else rng.choice(FAULTS)
+        window = FaultWindow(kind, time.monotonic())
+        ledger.windows.append(window)
+        injected[kind] += 1
+        try:
+            await inject(kind, emulator, redis, rng, _favoured(gw))
+        finally:
+            window.end = time.monotonic()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(0.3 + rng.random() * 0.5):
+                await stop.wait()
+    return injected
+
+
+# -- the run ----------------------------------------------------------------------
+
+
+def p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+
+
+async def soak(duration: float, seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    sockets_at_start = socket_fds()
+    redis = RedisProcess()
+    emulator = await asyncio.to_thread(Emulator.start_subprocess, EMULATOR_CONFIG)
+    ledger = Ledger()
+    stop = asyncio.Event()
+    injected: Counter[str] = Counter()
+    ejections = 0
+    upstream: dict[str, Any] = {}
+    try:
+        await asyncio.to_thread(redis.start)
+        library_gw = _gateway(emulator.url, redis.url)
+        sidecar_gw = _gateway(emulator.url, redis.url)
+        async with (
+            library_gw,
+            sidecar_gw,
+            Sidecar(sidecar_gw, "127.0.0.1", 0) as sidecar,
+            httpx.AsyncClient(
+                base_url=sidecar.url,
+                timeout=CALL_TIMEOUT_S + HANG_SLACK_S + 1,
+                limits=httpx.Limits(max_connections=8),
+            ) as http,
+        ):
+            tasks = [
+                asyncio.create_task(
+                    library_caller(library_gw, ledger, stop, random.Random(seed + n))
+                )
+                for n in range(6)
+            ] + [
+                asyncio.create_task(
+                    sidecar_caller(http, ledger, stop, random.Random(seed + 100 + n))
+                )
+                for n in range(3)
+            ]
+            scheduler = asyncio.create_task(
+                fault_scheduler(ledger, stop, emulator, redis, rng, library_gw)
+            )
+            await asyncio.sleep(duration)
+            stop.set()
+            injected = await scheduler
+            await asyncio.gather(*tasks)
+            for gw in (library_gw, sidecar_gw):
+                for target in gw.route("pair").targets:
+                    ejections += target.ejections
+        stats = await asyncio.to_thread(emulator.stats)
+        upstream = {
+            "calls": stats.count(),
+            "errors": dict(sorted(Counter(code for (_, code) in stats.errors.elements()).items())),
+            "resets": sum(stats.resets.values()),
+            "stalls": sum(stats.stalls.values()),
+        }
+    finally:
+        await asyncio.to_thread(emulator.stop)
+        await asyncio.to_thread(redis.cleanup)
+    # Sockets close asynchronously; give the loop a moment before counting.
+    leaked = socket_fds() - sockets_at_start
+    for _ in range(200):
+        if leaked <= 0:
+            break
+        await asyncio.sleep(0.01)
+        leaked = socket_fds() - sockets_at_start
+    succeeded = sum(1 for outcome in ledger.outcomes.values() if outcome == "ok")
+    phases: dict[str, dict[str, float]] = defaultdict(dict)
+    for (via, phase), values in sorted(ledger.latencies.items()):
+        phases[phase][via] = round(p99(values) * 1000, 2)
+    return {
+        "duration_s": duration,
+        "calls": ledger.started,
+        "succeeded": succeeded,
+        "failed": sum(ledger.failed.values()) - ledger.hung,
+        "failed_by_cause": dict(sorted(ledger.failed.items())),
+        "hung": ledger.hung,
+        "lost": ledger.started - len(ledger.outcomes),
+        "leaked_connections": max(leaked, 0),
+        "unexpected": sum(ledger.unexpected.values()),
+        "unexpected_by_cause": dict(ledger.unexpected),
+        "faults_injected": dict(sorted(injected.items())),
+        "ejections": ejections,
+        "emulator_saw": upstream,
+        "p99_ms_by_phase": dict(phases),
+    }
+
+
+def report(summary: dict[str, Any]) -> str:
+    lines = [
+        f"soak: {summary['duration_s']:g} s, faults injected: {summary['faults_injected']}",
+        f"  calls made:      {summary['calls']}",
+        f"  succeeded:       {summary['succeeded']}",
+        f"  failed:          {summary['failed']}",
+    ]
+    lines += [f"    {cause}: {n}" for cause, n in summary["failed_by_cause"].items()]
+    lines += [
+        f"  hung:            {summary['hung']}",
+        f"  lost:            {summary['lost']}",
+        f"  leaked connections: {summary['leaked_connections']}",
+        f"  unexpected:      {summary['unexpected']} {summary['unexpected_by_cause'] or ''}",
+        f"  target ejections: {summary['ejections']}",
+        f"  emulator saw:    {summary['emulator_saw']}",
+        "  p99 latency (ms) by phase:",
+    ]
+    for phase, values in summary["p99_ms_by_phase"].items():
+        parts = ", ".join(f"{via} {ms}" for via, ms in values.items())
+        lines.append(f"    {phase:<14} {parts}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.soak", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds (default 60)")
+    parser.add_argument("--quick", action="store_true", help="a short run (8 s) for CI")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", action="store_true", help="also print the summary as JSON")
+    args = parser.parse_args(argv)
+    duration = 8.0 if args.quick else args.duration
+    if duration <= 0:
+        parser.error("--duration must be > 0")
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            del os.environ[name]
+    summary = asyncio.run(soak(duration, args.seed))
+    print(report(summary), flush=True)
+    if args.json:
+        print(orjson.dumps(summary).decode(), flush=True)
+    bad = (
+        summary["hung"] or summary["lost"] or summary["leaked_connections"] or summary["unexpected"]
+    )
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""``python -m bench.rtb_throughput --quick --json`` runs end to end and reports sane JSON.
+
+Only the shape and sanity of the report are checked, never a timing: the
+machine is shared and noisy.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FIGURES = (
+    "achieved_rps",
+    "p50_ms",
+    "p99_ms",
+    "p999_ms",
+    "filter_cpu_pct",
+    "filter_cpu_us_per_request",
+    "mean_batch",
+)
+
+
+def test_quick_run_reports_both_upstreams() -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "bench.rtb_throughput", "--quick", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    report = json.loads(completed.stdout)
+    assert report["parse_features_us"] > 0
+    rows = report["rows"]
+    assert [row["upstream"] for row in rows] == ["emulator", "stub"]
+    for row in rows:
+        for key in FIGURES:
+            assert isinstance(row[key], float) and row[key] > 0, (row["upstream"], key, row[key])
+        assert row["p50_ms"] <= row["p99_ms"] <= row["p999_ms"]
+        assert row["batches"] > 0 and 0.0 <= row["kept_share"] <= 1.0
+        assert row["failed_open"] >= 0 and isinstance(row["keeping_up"], bool)

@@ -1,0 +1,258 @@
+"""Proxy mode: POST /openrtb2/auction scored through the emulator, kept ones sent to a bidder.
+
+A toy bidder (the project's own HTTP server on a free loopback port) bids
+on everything it gets; `route_thresholds` picks keep-all (0.0) or drop-all
+(1.0: every real score is below it) per request via x-bid-filter-route.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway._http_server import Request, Response, Server, start_server
+from gateway.emulator import Emulator, EmulatorConfig
+from gateway.errors import ConfigError
+from gateway.rtb.synth import sample_bodies
+from gateway.sidecar import RtbConfig, Sidecar
+
+PATH = "/openrtb2/auction"
+BODY = sample_bodies(1, seed=3)[0]
+KEEP = {"x-bid-filter-route": "keep-all", "x-openrtb-version": "2.6"}
+DROP = {"x-bid-filter-route": "drop-all"}
+
+
+@dataclass
+class ToyBidder:
+    """Bids on every request; remembers what it received."""
+
+    status: int = 200
+    received: list[Request] = field(default_factory=list)
+
+    async def handle(self, request: Request) -> Response:
+        self.received.append(request)
+        if self.status != 200:
+            return Response(self.status)
+        bid_id = orjson.loads(request.body)["id"]
+        answer = {"id": bid_id, "seatbid": [{"bid": [{"id": "1", "impid": "1", "price": 1.5}]}]}
+        return Response(200, [("Content-Type", "application/json")], orjson.dumps(answer))
+
+
+@pytest.fixture
+async def rtb_emulator() -> AsyncIterator[Emulator]:
+    async with Emulator(EmulatorConfig.default(seed=2)) as emu:
+        yield emu
+
+
+@pytest.fixture
+async def bidder() -> AsyncIterator[tuple[ToyBidder, Server]]:
+    toy = ToyBidder()
+    server = await start_server(toy.handle, "127.0.0.1", 0)
+    try:
+        yield toy, server
+    finally:
+        await server.close(grace=1.0)
+
+
+def config(emulator_url: str, bidder_urls: list[str], **rtb: Any) -> dict[str, Any]:
+    return {
+        "region": "us-east-1",
+        "endpoint_url": emulator_url,
+        "credentials": {"access_key_id": "AK", "secret_access_key": "SK"},
+        "rtb": {
+            "bidders": bidder_urls,
+            "route_thresholds": {"keep-all": 0.0, "drop-all": 1.0},
+            "default_budget_ms": 2000.0,
+            **rtb,
+        },
+    }
+
+
+@pytest.fixture
+async def proxy(
+    rtb_emulator: Emulator, bidder: tuple[ToyBidder, Server]
+) -> AsyncIterator[httpx.AsyncClient]:
+    bidder_url = f"http://127.0.0.1:{bidder[1].port}/bid"
+    async with (
+        Sidecar(config(rtb_emulator.url, [bidder_url]), "127.0.0.1", 0) as sidecar,
+        httpx.AsyncClient(base_url=sidecar.url, timeout=10.0) as http,
+    ):
+        yield http
+
+
+async def metrics(http: httpx.AsyncClient) -> dict[str, float]:
+    text = (await http.get("/metrics")).text
+    samples: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith("sidecar_rtb_"):
+                label = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+                samples[f"{sample.name}{{{label}}}" if label else sample.name] = sample.value
+    return samples
+
+
+async def test_dropped_gets_204_and_kept_relays_the_bidders_answer(
+    proxy: httpx.AsyncClient, bidder: tuple[ToyBidder, Server]
+) -> None:
+    toy = bidder[0]
+    dropped = await proxy.post(PATH, content=BODY, headers=DROP)
+    assert dropped.status_code == 204 and dropped.content == b""
+    assert dropped.headers["x-bid-filter-reason"] == "scored_drop"
+    assert 0.0 < float(dropped.headers["x-bid-filter-score"]) < 1.0
+    assert toy.received == []  # never reached the ad server
+
+    headers = {**KEEP, "content-type": "application/json"}
+    kept = await proxy.post(PATH, content=BODY, headers=headers)
+    assert kept.status_code == 200
+    assert kept.headers["content-type"] == "application/json"
+    assert kept.json()["id"] == orjson.loads(BODY)["id"]
+    assert kept.headers["x-bid-filter-reason"] == "scored_keep"
+    assert kept.headers["x-bid-filter-score"] == dropped.headers["x-bid-filter-score"]
+    (forwarded,) = toy.received
+    assert forwarded.body == BODY and forwarded.path == "/bid"
+    assert forwarded.headers["x-openrtb-version"] == "2.6"
+    assert forwarded.headers["content-type"] == "application/json"
+    assert forwarded.headers["x-bid-filter-score"] == kept.headers["x-bid-filter-score"]
+
+
+async def test_bidder_no_bid_or_failure_answers_204(
+    proxy: httpx.AsyncClient, bidder: tuple[ToyBidder, Server]
+) -> None:
+    toy = bidder[0]
+    toy.status = 204
+    assert (await proxy.post(PATH, content=BODY, headers=KEEP)).status_code == 204
+    toy.status = 500
+    assert (await proxy.post(PATH, content=BODY, headers=KEEP)).status_code == 204
+    counters = await metrics(proxy)
+    assert counters["sidecar_rtb_bidder_responses_total{code=204}"] == 1
+    assert counters["sidecar_rtb_bidder_errors_total{reason=status}"] == 1
+
+
+async def test_unreachable_bidder_answers_204(rtb_emulator: Emulator) -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        dead_url = f"http://127.0.0.1:{probe.getsockname()[1]}/bid"
+    async with (
+        Sidecar(config(rtb_emulator.url, [dead_url]), "127.0.0.1", 0) as sidecar,
+        httpx.AsyncClient(base_url=sidecar.url, timeout=10.0) as http,
+    ):
+        answer = await http.post(PATH, content=BODY, headers=KEEP)
+        assert answer.status_code == 204
+        assert answer.headers["x-bid-filter-reason"] == "scored_keep"
+        assert (await metrics(http))["sidecar_rtb_bidder_errors_total{reason=transport}"] == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"{not json", "not JSON"),
+        (b'{"id": "x", "imp": []}', "imp is empty"),
+        (b'{"imp": [{"id": "1", "banner": {}}]}', "id"),
+    ],
+)
+async def test_malformed_bid_request_gets_400_with_the_reason(
+    proxy: httpx.AsyncClient, body: bytes, message: str
+) -> None:
+    answer = await proxy.post(PATH, content=body, headers=KEEP)
+    assert answer.status_code == 400
+    assert message in answer.text
+    assert (await metrics(proxy))["sidecar_rtb_invalid_total"] == 1
+
+
+async def test_dead_model_fails_open_and_forwards(
+    proxy: httpx.AsyncClient, rtb_emulator: Emulator, bidder: tuple[ToyBidder, Server]
+) -> None:
+    rtb_emulator.set_faults("bid-filter", error_rates={"InternalFailure": 1.0})
+    answer = await proxy.post(PATH, content=BODY, headers=DROP)  # would be dropped if scored
+    assert answer.status_code == 200
+    assert answer.headers["x-bid-filter-reason"] == "failed_open"
+    assert "x-bid-filter-score" not in answer.headers
+    assert len(bidder[0].received) == 1
+
+
+async def test_metrics_counters_move(proxy: httpx.AsyncClient) -> None:
+    for _ in range(3):
+        await proxy.post(PATH, content=BODY, headers=DROP)
+    await proxy.post(PATH, content=BODY, headers=KEEP)
+    counters = await metrics(proxy)
+    assert counters["sidecar_rtb_dropped_total"] == 3
+    assert counters["sidecar_rtb_kept_total"] == 1
+    assert counters["sidecar_rtb_failed_open_total"] == 0
+    assert counters["sidecar_rtb_batch_size_count"] == 4  # one scoring call each
+    assert counters["sidecar_rtb_forward_duration_seconds_count"] == 1
+    assert counters["sidecar_rtb_bidder_responses_total{code=200}"] == 1
+
+
+async def test_explore_and_shadow_from_config(
+    rtb_emulator: Emulator, bidder: tuple[ToyBidder, Server]
+) -> None:
+    bidder_url = f"http://127.0.0.1:{bidder[1].port}/"
+    for options, reason in (({"shadow": True}, "shadow"), ({"explore_share": 1.0}, "explored")):
+        async with (
+            Sidecar(config(rtb_emulator.url, [bidder_url], **options), "127.0.0.1", 0) as sidecar,
+            httpx.AsyncClient(base_url=sidecar.url, timeout=10.0) as http,
+        ):
+            answer = await http.post(PATH, content=BODY, headers=DROP)
+            assert answer.status_code == 200
+            assert answer.headers["x-bid-filter-reason"] == reason
+            counter = "shadowed" if reason == "shadow" else "explored"
+            assert (await metrics(http))[f"sidecar_rtb_{counter}_total"] == 1
+
+
+async def test_sidecar_command_runs_proxy_mode(
+    rtb_emulator: Emulator, bidder: tuple[ToyBidder, Server]
+) -> None:
+    bidder_url = f"http://127.0.0.1:{bidder[1].port}/"
+    rtb = {"path": "/bid", "threshold": 0.0}
+    with Sidecar.start_subprocess(config(rtb_emulator.url, [bidder_url], **rtb)) as process:
+        async with httpx.AsyncClient(base_url=process.url, timeout=10.0) as http:
+            # The first request pays the cold start (connections, model load)
+            # and may fail open within the bid's tmax on a busy machine.
+            await http.post("/bid", content=BODY)
+            answer = await http.post("/bid", content=BODY)
+    assert answer.status_code == 200 and answer.headers["x-bid-filter-reason"] == "scored_keep"
+
+
+@pytest.mark.parametrize(
+    ("table", "key"),
+    [
+        ({}, "rtb.bidders"),
+        ({"bidders": []}, "rtb.bidders"),
+        ({"bidders": ["ftp://x"]}, "rtb.bidders"),
+        ({"bidders": ["http://b"], "threshold": 2}, "rtb.threshold"),
+        ({"bidders": ["http://b"], "route_thresholds": {"x": -1}}, "rtb.route_thresholds.x"),
+        ({"bidders": ["http://b"], "segment_thresholds": {"color": {}}}, "rtb.segment_thresholds"),
+        ({"bidders": ["http://b"], "max_batch": 0}, "rtb.max_batch"),
+        ({"bidders": ["http://b"], "path": "auction"}, "rtb.path"),
+        ({"bidders": ["http://b"], "shadow": "yes"}, "rtb.shadow"),
+        ({"bidders": ["http://b"], "tmax": 5}, "rtb.tmax"),
+    ],
+)
+def test_config_errors_name_the_key(table: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        RtbConfig.from_mapping(table)
+
+
+def test_config_defaults_and_values() -> None:
+    parsed = RtbConfig.from_mapping(
+        {
+            "bidders": "http://ads:8080/bid",
+            "segment_thresholds": {"format": {"video": 0.002}},
+            "max_wait_ms": 0.5,
+        }
+    )
+    assert parsed.bidders == ("http://ads:8080/bid",)
+    assert (parsed.path, parsed.endpoint, parsed.threshold) == (
+        "/openrtb2/auction",
+        "bid-filter",
+        0.01,
+    )
+    assert parsed.max_wait_ms == 0.5 and parsed.max_batch == 32
+    assert parsed.policy().segment_thresholds == {"format": {"video": 0.002}}
