@@ -309,6 +309,17 @@ class Gateway:
             timeout = route.timeout_s or self._default_timeout
         check_payload(body)
         before_host = self._before_host(content_type, accept)
+        # A session is stateful on the far side: never answer it from a cache.
+        key: str | None = None
+        cache_store = self._cache
+        if cache_store is not None and cache and session_id is None:
+            variant_key = _variant_key(
+                target_variant, custom_attributes, target_container_hostname, inference_component
+            )
+            key = self._cache_key(route.name, target_model, variant_key, content_type, accept, body)
+            entry = cache_store.peek_near(key)
+            if entry is not None:
+                return _result_from_entry(entry, "near")  # nothing else to build
         after_host: list[tuple[str, str]] = []
         if (
             target_model
@@ -345,30 +356,29 @@ class Gateway:
         credentials = self._credentials
         if credentials is not None and credentials.must_wait():
             await credentials.fresh()  # only inside the mandatory window
-        # A session is stateful on the far side: never answer it from a cache.
-        if self._cache is None or not cache or session_id is not None:
+        if key is None:
             return await self._invoker.invoke(call)
-        variant_key = _variant_key(
-            target_variant, custom_attributes, target_container_hostname, inference_component
-        )
-        return await self._invoke_cached(call, content_type, accept, variant_key, cache_ttl)
+        return await self._invoke_cached(call, key, cache_ttl)
 
-    async def _invoke_cached(
+    def _cache_key(
         self,
-        call: CallSpec,
+        route: str,
+        model: str | None,
+        variant_key: str | None,
         content_type: str | None,
         accept: str | None,
-        variant_key: str | None,
-        ttl: float | None,
-    ) -> InvokeResult:
+        body: bytes,
+    ) -> str:
+        assert self._cache is not None
+        versions = self._versions
+        version = (
+            (versions.get((route, model)) or versions.get((route, None))) if versions else None
+        )
+        return self._cache.key_for(route, model, variant_key, content_type, accept, version, body)
+
+    async def _invoke_cached(self, call: CallSpec, key: str, ttl: float | None) -> InvokeResult:
         cache = self._cache
         assert cache is not None
-        name, model = call.route.name, call.model
-        version = self._versions.get((name, model)) or self._versions.get((name, None))
-        key = cache.key_for(name, model, variant_key, content_type, accept, version, call.body)
-        entry = cache.peek_near(key)
-        if entry is not None:
-            return _result_from_entry(entry, "near")
         loaded: list[InvokeResult] = []
 
         async def load() -> Entry:
@@ -712,16 +722,20 @@ def _entry_from_result(result: InvokeResult) -> Entry:
     return Entry(result.body, result.content_type or "", tuple(meta))
 
 
+_META_FIELDS = {_META_VARIANT: "invoked_variant", _META_ATTRIBUTES: "custom_attributes"}
+
+
 def _result_from_entry(entry: Entry, source: str) -> InvokeResult:
-    return InvokeResult(
-        body=entry.body,
-        content_type=entry.content_type or None,
-        invoked_variant=entry.meta_value(_META_VARIANT),
-        custom_attributes=entry.meta_value(_META_ATTRIBUTES),
-        target=entry.meta_value(_META_TARGET),
-        attempts=0,
-        cache=source,
-    )
+    fields = {"content_type": entry.content_type} if entry.content_type else {}
+    target = None
+    for name, value in entry.meta:
+        if name == _META_TARGET:
+            target = value
+        else:
+            field = _META_FIELDS.get(name)
+            if field is not None:
+                fields[field] = value
+    return InvokeResult.from_fields(entry.body, fields, target, source)
 
 
 def _payload_or_raise(message: Message) -> bytes | None:

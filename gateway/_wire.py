@@ -326,6 +326,21 @@ class InvokeResult:
             }
         )
 
+    @classmethod
+    def from_fields(
+        cls, body: bytes, fields: dict[str, str], target: str | None, cache: str | None
+    ) -> InvokeResult:
+        """A result from already-decoded fields (a cached answer): no parsing at all."""
+        result = cls.__new__(cls)
+        result.body = body
+        result.target = target
+        result.hedged = False
+        result.attempts = 0
+        result.cache = cache
+        result._raw = None
+        result._fields = fields
+        return result
+
     def _field(self, name: str) -> str | None:
         fields = self._fields
         if fields is None:
