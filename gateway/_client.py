@@ -616,15 +616,16 @@ class Gateway:
             plan.metrics.record_error(getattr(error, "code", type(error).__name__))
 
     async def _health_checks(self) -> None:
-        """Optional active checks: a cheap invocation to targets that are due."""
+        """Optional active checks: a cheap invocation to each target when it is due."""
+        routes = [r for r in self._router.routes.values() if r.config.health_check.enabled]
+        tick = max(0.05, min(r.config.health_check.interval_s for r in routes) / 2)
         while True:
-            await asyncio.sleep(1.0)
-            for route in list(self._router.routes.values()):
+            await asyncio.sleep(tick)
+            for route in routes:
+                route.refresh_health()
                 check = route.config.health_check
-                if not check.enabled:
-                    continue
                 for state in route.targets:
-                    if route.due_for_health_check(state):
+                    if route.due_for_health_check(state) or route.needs_probe(state):
                         healthy = await self._check_target(
                             route, state, check.body, check.content_type
                         )

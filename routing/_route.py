@@ -359,6 +359,16 @@ class Route:
         """
         return target._state is _PROBING and target._outstanding == 0
 
+    def refresh_health(self) -> None:
+        """Move targets whose ejection ran out to PROBING now.
+
+        ``pick`` does this on the way; an active health checker calls it so a
+        route with no traffic still gets its ejected targets probed.
+        """
+        now = self._clock()
+        if now >= self._next_wake:
+            self._wake(now)
+
     def record_health_check(self, target: TargetState, healthy: bool) -> None:
         """Record an active check: a failure counts like a FAILURE outcome
         (without a latency sample); a success re-admits a PROBING target."""

@@ -253,3 +253,30 @@ retry = {{ max_attempts = 2, budget_ratio = 0.1, min_per_second = 5 }}
 async def test_a_bad_route_config_names_the_key(emulator: Emulator) -> None:
     with pytest.raises(errors.ConfigError, match=r"routes\.bad\.hedge\.max_extra_load"):
         _gateway(emulator, {"bad": _route("a", hedge={"max_extra_load": 3})})
+
+
+async def test_active_health_checks_eject_and_readmit_without_traffic(
+    emulator: Emulator,
+) -> None:
+    emulator.set_faults("b", error_rates={"InternalFailure": 1.0})
+    route = _route(
+        "a",
+        "b",
+        health_check={"enabled": True, "interval_s": 0.05, "body": "ping"},
+        ejection={"consecutive_failures": 2, "base_ejection_s": 0.2, "jitter": 0.0},
+    )
+    async with _gateway(emulator, {"pair": route}) as gw:
+        b_state = next(t for t in gw.route("pair").targets if t.key.startswith("b"))
+        for _ in range(100):  # bounded wait: no call is made, only the checks run
+            if b_state.state is TargetHealth.EJECTED:
+                break
+            await asyncio.sleep(0.02)
+        assert b_state.state is TargetHealth.EJECTED
+        assert emulator.stats.count(endpoint="b") >= 2  # the checks are real invocations
+
+        emulator.restore("b")
+        for _ in range(200):
+            if b_state.state is TargetHealth.HEALTHY:
+                break
+            await asyncio.sleep(0.02)
+        assert b_state.state is TargetHealth.HEALTHY
