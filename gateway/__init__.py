@@ -4,7 +4,7 @@
 """
 
 from gateway import errors
-from gateway._client import Gateway
+from gateway._client import Gateway, InvokeStream
 from gateway._config import GatewayConfig, PoolConfig
 from gateway._signing import Credentials
 from gateway._wire import MAX_PAYLOAD_BYTES, AsyncInvocation, InvokeResult
@@ -27,6 +27,7 @@ __all__ = [
     "GatewayConfig",
     "GatewayError",
     "InvokeResult",
+    "InvokeStream",
     "ModelError",
     "ModelNotReady",
     "NoHealthyTarget",

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -53,7 +53,7 @@ from routing import (
     parse_routes,
 )
 
-__all__ = ["Gateway"]
+__all__ = ["Gateway", "InvokeStream"]
 
 # Generous upper bound for a call with no timeout: SageMaker's own 60 s
 # container limit plus transfer time.
@@ -63,6 +63,47 @@ _MAX_CACHED_VALUES = 4096
 _META_VARIANT = "variant"
 _META_ATTRIBUTES = "custom-attributes"
 _META_TARGET = "target"
+
+
+class InvokeStream:
+    """The parts of a response stream, and its response headers once they arrived."""
+
+    __slots__ = ("_parts", "response_headers", "target")
+
+    def __init__(self) -> None:
+        self._parts: AsyncGenerator[bytes, None] | None = None
+        # Lower-case names; empty until the response head has arrived.
+        self.response_headers: Mapping[str, str] = {}
+        self.target: str | None = None
+
+    def __aiter__(self) -> InvokeStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        assert self._parts is not None
+        return await self._parts.__anext__()
+
+    async def aclose(self) -> None:
+        """Stop early; the connection is closed (it is mid-response)."""
+        if self._parts is not None:
+            await self._parts.aclose()
+
+    @property
+    def content_type(self) -> str | None:
+        # The stream API carries the model's content type in its own header.
+        return self.response_headers.get("x-amzn-sagemaker-content-type")
+
+    @property
+    def invoked_variant(self) -> str | None:
+        return self.response_headers.get("x-amzn-invoked-production-variant")
+
+    @property
+    def custom_attributes(self) -> str | None:
+        return self.response_headers.get("x-amzn-sagemaker-custom-attributes")
+
+    @property
+    def request_id(self) -> str | None:
+        return self.response_headers.get("x-amzn-requestid")
 
 
 class Gateway:
@@ -401,7 +442,7 @@ class Gateway:
         """
         self._versions[(endpoint, target_model)] = version
 
-    async def invoke_stream(
+    def invoke_stream(
         self,
         endpoint: str,
         body: bytes,
@@ -415,13 +456,49 @@ class Gateway:
         inference_component: str | None = None,
         session_id: str | None = None,
         timeout: float | None = None,
-    ) -> AsyncIterator[bytes]:
-        """InvokeEndpointWithResponseStream: yields each ``PayloadPart``'s bytes.
+    ) -> InvokeStream:
+        """InvokeEndpointWithResponseStream: ``async for part in gw.invoke_stream(...)``.
 
-        A ``ModelStreamError`` or ``InternalStreamFailure`` event mid-stream
-        raises ModelError / InternalFailure. Streams are routed but never
-        hedged or retried: a partly delivered stream cannot be replayed.
+        Each part is a ``PayloadPart``'s bytes. The returned stream's
+        ``content_type``, ``invoked_variant``, ``custom_attributes`` and
+        ``request_id`` are set once the response head has arrived (after the
+        first part). A ``ModelStreamError`` or ``InternalStreamFailure`` event
+        mid-stream raises ModelError / InternalFailure. Streams are routed but
+        never hedged or retried: a partly delivered stream cannot be replayed.
         """
+        stream = InvokeStream()
+        stream._parts = self._stream_parts(
+            stream,
+            endpoint,
+            body,
+            content_type=content_type,
+            accept=accept,
+            target_variant=target_variant,
+            target_container_hostname=target_container_hostname,
+            inference_id=inference_id,
+            custom_attributes=custom_attributes,
+            inference_component=inference_component,
+            session_id=session_id,
+            timeout=timeout,
+        )
+        return stream
+
+    async def _stream_parts(
+        self,
+        into: InvokeStream,
+        endpoint: str,
+        body: bytes,
+        *,
+        content_type: str | None,
+        accept: str | None,
+        target_variant: str | None,
+        target_container_hostname: str | None,
+        inference_id: str | None,
+        custom_attributes: str | None,
+        inference_component: str | None,
+        session_id: str | None,
+        timeout: float | None,
+    ) -> AsyncGenerator[bytes, None]:
         route, state, plan = self._pick_single(endpoint)
         if timeout is None:
             timeout = route.timeout_s or self._default_timeout
@@ -447,6 +524,8 @@ class Gateway:
         outcome_error: BaseException | None = None
         try:
             stream = await self._transport.stream(request, deadline)
+            into.response_headers = stream.headers
+            into.target = plan.endpoint
             try:
                 if stream.status != 200:
                     raise decode_error(

@@ -104,7 +104,9 @@ class PoolConfig:
                 if not isinstance(value, bool):
                     raise ConfigError(f"{where}: must be true or false")
             elif item.name in _KEEPALIVE_MAX:
-                number_setting(where, value, minimum=1, maximum=_KEEPALIVE_MAX[item.name], integer=True)
+                number_setting(
+                    where, value, minimum=1, maximum=_KEEPALIVE_MAX[item.name], integer=True
+                )
             elif item.name == "max_connections":
                 number_setting(where, value, minimum=1, integer=True)
             elif item.name == "prewarm":

@@ -38,11 +38,8 @@ any other ``GatewayError``                      ``botocore.exceptions.HTTPClient
 
 The gateway error is kept as ``__cause__``. Differences from aiobotocore:
 an error's ``ResponseMetadata["HTTPHeaders"]`` holds only the request id
-(the gateway's errors do not keep the response headers); a response
-stream's dict has no ``ContentType``/``InvokedProductionVariant`` and no
-``RequestId`` (``Gateway.invoke_stream`` yields only payload bytes), and
-the stream call returns once the first event arrived rather than after the
-response head; ``PrefixAwareId`` and InvokeEndpointAsync's ``Body``,
+(the gateway's errors do not keep the response headers); the stream call
+returns once the first event arrived rather than after the response head; ``PrefixAwareId`` and InvokeEndpointAsync's ``Body``,
 ``Filename`` and ``S3OutputPathExtension`` are refused with
 ``ParamValidationError`` because the gateway does not send them yet.
 The extra keyword ``Timeout=`` (seconds) sets the call's deadline.
@@ -540,10 +537,18 @@ class SageMakerRuntimeClient:
             pending = exc
         except errors.GatewayError as exc:
             raise self._translate(exc, _STREAM, endpoint) from exc
-        return {
-            "Body": EventStream(self, endpoint, parts, first, pending),
-            "ResponseMetadata": _metadata(None, 200, {}, 0),
-        }
+        response: dict[str, Any] = {"Body": EventStream(self, endpoint, parts, first, pending)}
+        # Header-bound members, as botocore includes them: only when sent.
+        for key, value in (
+            ("ContentType", parts.content_type),
+            ("InvokedProductionVariant", parts.invoked_variant),
+            ("CustomAttributes", parts.custom_attributes),
+        ):
+            if value is not None:
+                response[key] = value
+        headers = dict(parts.response_headers)
+        response["ResponseMetadata"] = _metadata(parts.request_id, 200, headers, 0)
+        return response
 
     async def invoke_endpoint_async(self, **params: Any) -> dict[str, Any]:
         """InvokeEndpointAsync (the input is already in S3 at ``InputLocation``)."""

@@ -419,3 +419,29 @@ async def test_same_stream_as_boto3(kind: str, emulator: Emulator, boto_client: 
             async for part in stream:
                 got.append(part)  # noqa: PERF401 - the parts before the error count
         assert got == theirs and caught.value.code == code == "ModelStreamError"
+
+
+async def test_stream_metadata_matches_boto3(
+    kind: str, emulator: Emulator, boto_client: Any
+) -> None:
+    payload = b"metadata travels with the stream"
+
+    def boto_metadata() -> dict[str, Any]:
+        response = boto_client.invoke_endpoint_with_response_stream(
+            EndpointName="streamer", Body=payload, ContentType="text/plain", CustomAttributes="k=v"
+        )
+        response["Body"].close()
+        return response
+
+    theirs = await asyncio.to_thread(boto_metadata)
+    async with gateway_for(emulator.url, transport=kind, routes=NO_RETRIES) as gw:
+        stream = gw.invoke_stream(
+            "streamer", payload, content_type="text/plain", custom_attributes="k=v"
+        )
+        assert stream.content_type is None  # nothing has been sent yet
+        parts = [part async for part in stream]
+    assert b"".join(parts) == payload
+    assert stream.content_type == theirs["ContentType"]
+    assert stream.invoked_variant == theirs["InvokedProductionVariant"]
+    assert stream.custom_attributes == theirs["CustomAttributes"] == "k=v"
+    assert stream.request_id and stream.target == "streamer"
