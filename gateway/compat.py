@@ -39,7 +39,8 @@ any other ``GatewayError``                      ``botocore.exceptions.HTTPClient
 The gateway error is kept as ``__cause__``. Differences from aiobotocore:
 an error's ``ResponseMetadata["HTTPHeaders"]`` holds only the request id
 (the gateway's errors do not keep the response headers); the stream call
-returns once the first event arrived rather than after the response head; ``PrefixAwareId`` and InvokeEndpointAsync's ``Body``,
+returns once the first event arrived rather than after the response head;
+``PrefixAwareId`` and InvokeEndpointAsync's ``Body``,
 ``Filename`` and ``S3OutputPathExtension`` are refused with
 ``ParamValidationError`` because the gateway does not send them yet.
 The extra keyword ``Timeout=`` (seconds) sets the call's deadline.
@@ -539,13 +540,15 @@ class SageMakerRuntimeClient:
             raise self._translate(exc, _STREAM, endpoint) from exc
         response: dict[str, Any] = {"Body": EventStream(self, endpoint, parts, first, pending)}
         # Header-bound members, as botocore includes them: only when sent.
-        for key, value in (
-            ("ContentType", parts.content_type),
-            ("InvokedProductionVariant", parts.invoked_variant),
-            ("CustomAttributes", parts.custom_attributes),
-        ):
-            if value is not None:
-                response[key] = value
+        response.update(
+            (key, value)
+            for key, value in (
+                ("ContentType", parts.content_type),
+                ("InvokedProductionVariant", parts.invoked_variant),
+                ("CustomAttributes", parts.custom_attributes),
+            )
+            if value is not None
+        )
         headers = dict(parts.response_headers)
         response["ResponseMetadata"] = _metadata(parts.request_id, 200, headers, 0)
         return response
