@@ -17,7 +17,6 @@ import contextlib
 import time
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
