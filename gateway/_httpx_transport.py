@@ -76,7 +76,25 @@ class HttpxTransport:
                 del self._client.headers[name]
 
     async def start(self, origins: list[Origin]) -> None:
-        """httpx opens connections lazily; nothing to prewarm."""
+        """Open ``prewarm`` connections per origin before the first call.
+
+        httpx has no call that opens a connection by itself, so each is opened
+        by a concurrent ``GET /ping``; whatever the answer (the SageMaker
+        runtime has no such route), the connection stays in httpx's pool.
+        """
+        count = min(self.options.prewarm, self.options.max_connections)
+        if not count:
+            return
+        for origin in origins:
+            url = f"{origin.scheme}://{origin.host_header}/ping"
+            timeout = httpx.Timeout(self.options.connect_timeout)
+            outcomes = await asyncio.gather(
+                *(self._client.get(url, timeout=timeout) for _ in range(count)),
+                return_exceptions=True,
+            )
+            self.stats.connections_opened += sum(
+                1 for outcome in outcomes if isinstance(outcome, httpx.Response)
+            )
 
     def _timeout(self, deadline: float) -> tuple[httpx.Timeout, float]:
         remaining = deadline - time.monotonic()

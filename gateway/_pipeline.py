@@ -38,6 +38,7 @@ _FAILURE = Outcome.FAILURE
 _NEUTRAL = Outcome.NEUTRAL
 _CANCELLED = Outcome.CANCELLED
 _HEDGE_WON = "gateway: a hedge attempt answered first"
+_MAX_PLANS = 4096
 
 
 class TargetPlan:
@@ -136,14 +137,17 @@ class Invoker:
     ) -> None:
         self._transport = transport
         self._plan_for = plan_for
-        self._plans: dict[tuple[str, str], TargetPlan] = {}
+        self._plans: dict[TargetState, TargetPlan] = {}
         self.metrics = metrics
 
     def plan(self, route: Route, state: TargetState) -> TargetPlan:
-        key = (route.name, state.key)
-        plan = self._plans.get(key)
+        # A TargetState belongs to exactly one route, so it is the key.
+        plan = self._plans.get(state)
         if plan is None:
-            plan = self._plans[key] = self._plan_for(route, state)
+            if len(self._plans) >= _MAX_PLANS:
+                # Default routes come and go with endpoint names; start afresh.
+                self._plans.clear()
+            plan = self._plans[state] = self._plan_for(route, state)
         return plan
 
     # -- one attempt ---------------------------------------------------------

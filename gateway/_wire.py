@@ -406,7 +406,16 @@ class InvokeResult:
 def result_from_response(response: RawResponse, target: str | None) -> InvokeResult:
     raw = response.raw_headers
     if raw is not None:
-        return InvokeResult(response.body, target=target, raw_headers=raw)
+        # The hot path: no keyword processing, headers decoded only if read.
+        result = InvokeResult.__new__(InvokeResult)
+        result.body = response.body
+        result.target = target
+        result.hedged = False
+        result.attempts = 1
+        result.cache = None
+        result._raw = raw
+        result._fields = None
+        return result
     headers = response.headers
     return InvokeResult(
         response.body,
