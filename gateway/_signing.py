@@ -140,13 +140,15 @@ class _HmacSha256:
 class SigV4Signer:
     """Signs requests for one (region, service); safe to share across tasks."""
 
-    __slots__ = ("_key_cache", "_region", "_scope_tail", "_service")
+    __slots__ = ("_key_cache", "_last", "_region", "_scope_tail", "_service")
 
     def __init__(self, region: str, service: str = "sagemaker") -> None:
         self._region = region
         self._service = service
         self._scope_tail = f"/{region}/{service}/aws4_request"
         self._key_cache: dict[tuple[str, str], _HmacSha256] = {}
+        # The key used last: nearly every call signs with the same day and secret.
+        self._last: tuple[str, str, _HmacSha256 | None] = ("", "", None)
 
     @property
     def region(self) -> str:
@@ -160,6 +162,9 @@ class SigV4Signer:
         return key
 
     def _mac(self, secret_key: str, day: str) -> _HmacSha256:
+        last_day, last_secret, last_mac = self._last
+        if last_mac is not None and day == last_day and secret_key == last_secret:
+            return last_mac
         cache_key = (day, secret_key)
         mac = self._key_cache.get(cache_key)
         if mac is None:
@@ -167,6 +172,7 @@ class SigV4Signer:
                 self._key_cache.clear()  # old days and rotated secrets
             mac = _HmacSha256(self.signing_key(secret_key, day))
             self._key_cache[cache_key] = mac
+        self._last = (day, secret_key, mac)
         return mac
 
     @staticmethod
@@ -240,19 +246,30 @@ class SigV4Signer:
         helper calls: it runs once per request (see ``bench/compare.py``).
         """
         signed = ";".join(map(_name_of, headers))
-        canonical = "".join(
-            (
-                request_prefix,
-                "\n".join(map(_colon_join, headers)),
-                "\n\n",
-                signed,
-                "\n",
-                payload_hash,
-            )
+        block = "\n".join(map(_colon_join, headers))
+        return self.authorization_from_parts(
+            request_prefix, signed, block, payload_hash, credentials, amz_date
         )
+
+    def authorization_from_parts(
+        self,
+        request_prefix: str,
+        signed: str,
+        block: str,
+        payload_hash: str,
+        credentials: Credentials,
+        amz_date: str,
+    ) -> str:
+        """:meth:`authorization_presorted` with the header joins already done.
+
+        ``signed`` is the ``;``-joined header names and ``block`` the
+        ``\n``-joined ``name:value`` lines: a caller that signs the same
+        headers many times a second (the client does) joins them once.
+        """
+        canonical = "".join((request_prefix, block, "\n\n", signed, "\n", payload_hash))
         day = amz_date[:8]
         secret = credentials.secret_key
-        mac = self._key_cache.get((day, secret)) or self._mac(secret, day)
+        mac = self._mac(secret, day)
         scope_tail = self._scope_tail
         digest = hashlib.sha256(canonical.encode()).hexdigest()
         signature = mac.hexdigest(f"{ALGORITHM}\n{amz_date}\n{day}{scope_tail}\n{digest}".encode())

@@ -34,6 +34,7 @@ from gateway._wire import (
     RawHeaders,
     RawResponse,
     encode_head,
+    encode_head_lines,
     headers_from_raw,
 )
 
@@ -720,7 +721,7 @@ class NativeTransport:
             if reused:
                 stats.reused += 1
             body = request.body
-            head = encode_head(request.path, request.final_headers(), len(body))
+            head = encode_head_lines(request.path, request.head(), len(body))
             if len(body) < 65536:
                 waiter = connection.send(head + body, reused)
             else:

@@ -104,15 +104,21 @@ class Origin:
         return cls(scheme, host.strip("[]"), port, host_header)
 
 
+# Joined forms of a header list, cached (see RequestSigner.head_lines).
+_HeaderParts = tuple[str, str, str]
+_MAX_HEADER_PARTS = 512
+
+
 class RequestSigner:
     """Signs at send time with whatever credentials are current then."""
 
-    __slots__ = ("_clock", "_credentials", "_signer")
+    __slots__ = ("_clock", "_credentials", "_parts", "_signer")
 
     def __init__(self, signer: SigV4Signer, credentials: Callable[[], Credentials]) -> None:
         self._signer = signer
         self._credentials = credentials
         self._clock = AmzDateClock()
+        self._parts: dict[tuple[tuple[str, str], ...], _HeaderParts] = {}
 
     @property
     def signer(self) -> SigV4Signer:
@@ -147,6 +153,50 @@ class RequestSigner:
         signed.append(("authorization", authorization))
         return signed
 
+    def head_lines(
+        self,
+        sign_prefix: str,
+        headers: list[tuple[str, str]],
+        payload_hash: str,
+        after_host: int = -1,
+    ) -> str:
+        """The signed request's header lines, ready for the HTTP head.
+
+        Within a second, calls to one target mostly carry identical headers
+        (the date changes once a second), so the three joins of them (the
+        signed names, the canonical block, the head lines) are cached by the
+        header tuple, and each call pays for the hash and the HMAC only.
+        """
+        credentials = self._credentials()
+        amz_date = self._clock.now()
+        position = after_host if after_host >= 0 else _after_host(headers)
+        signed = headers[:position]
+        signed.append(("x-amz-date", amz_date))
+        token = credentials.token
+        if token:
+            signed.append(("x-amz-security-token", token))
+        signed += headers[position:]
+        key = tuple(signed)
+        parts = self._parts.get(key)
+        if parts is None:
+            parts = _join_parts(signed)
+            if len(self._parts) >= _MAX_HEADER_PARTS:
+                self._parts.clear()  # old dates and rare shapes
+            self._parts[key] = parts
+        names, block, lines = parts
+        authorization = self._signer.authorization_from_parts(
+            sign_prefix, names, block, payload_hash, credentials, amz_date
+        )
+        return f"{lines}authorization: {authorization}\r\n"
+
+
+def _join_parts(headers: list[tuple[str, str]]) -> _HeaderParts:
+    return (
+        ";".join([name for name, _ in headers]),
+        "\n".join([f"{name}:{value}" for name, value in headers]),
+        "".join([f"{name}: {value}\r\n" for name, value in headers]),
+    )
+
 
 def _after_host(headers: list[tuple[str, str]]) -> int:
     for index, (name, _) in enumerate(headers):
@@ -164,6 +214,7 @@ class PreparedRequest:
 
     __slots__ = (
         "_final",
+        "_lines",
         "after_host",
         "body",
         "headers",
@@ -194,6 +245,22 @@ class PreparedRequest:
         self.payload_hash = payload_hash
         self.after_host = after_host
         self._final: list[tuple[str, str]] | None = None
+        self._lines: str | None = None
+
+    def head(self) -> str:
+        """The signed header lines (native transport); signed once, like final_headers."""
+        lines = self._lines
+        if lines is None:
+            if self.signer is None:
+                lines = "".join([f"{name}: {value}\r\n" for name, value in self.headers])
+            else:
+                if not self.payload_hash:
+                    self.payload_hash = payload_sha256(self.body)
+                lines = self.signer.head_lines(
+                    self.sign_prefix, self.headers, self.payload_hash, self.after_host
+                )
+            self._lines = lines
+        return lines
 
     def final_headers(self) -> list[tuple[str, str]]:
         final = self._final
@@ -208,6 +275,14 @@ class PreparedRequest:
                 )
             self._final = final
         return final
+
+
+def encode_head_lines(path: str, lines: str, body_length: int) -> bytes:
+    """A POST head from already-formatted header lines (see PreparedRequest.head)."""
+    return (
+        f"POST {path} HTTP/1.1\r\n{lines}user-agent: {USER_AGENT}\r\n"
+        f"content-length: {body_length}\r\n\r\n"
+    ).encode("latin-1")
 
 
 def encode_head(path: str, headers: list[tuple[str, str]], body_length: int) -> bytes:

@@ -330,3 +330,32 @@ def test_decode_error_never_raises(status: int, headers: dict[str, str], body: b
     assert isinstance(decoded.code, str) and decoded.code
     assert isinstance(decoded.message, str)
     str(decoded)
+
+
+@pytest.mark.parametrize("token", [None, "session-token"])
+def test_cached_head_lines_equal_the_plain_encoding(
+    token: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The native transport's cached joins must give the same bytes as the plain path."""
+    from gateway._signing import Credentials, SigV4Signer
+    from gateway._wire import PreparedRequest, RequestSigner, encode_head, encode_head_lines
+
+    monkeypatch.setattr("gateway._signing.time.time", lambda: 1_790_000_000.0)
+    credentials = Credentials("AKID", "secret", token)
+    signer = RequestSigner(SigV4Signer("us-east-1"), lambda: credentials)
+    origin = Origin.from_url("https://runtime.sagemaker.us-east-1.amazonaws.com")
+    path = "/endpoints/ep/invocations"
+    prefix = SigV4Signer.request_prefix("POST", path)
+    for model in ("m1", "m2", "m1"):  # a repeat is served from the cache
+        headers = [
+            ("accept", "application/json"),
+            ("content-type", "text/csv"),
+            ("host", origin.host_header),
+            ("x-amzn-sagemaker-target-model", model),
+        ]
+        for body in (b"1,2,3", b"4,5,6"):
+            fast = PreparedRequest(origin, path, prefix, list(headers), body, signer, "", 3)
+            plain = PreparedRequest(origin, path, prefix, list(headers), body, signer)
+            assert encode_head_lines(path, fast.head(), len(body)) == encode_head(
+                path, plain.final_headers(), len(body)
+            )
