@@ -333,7 +333,7 @@ class Gateway:
         inference_component: str | None = None,
         session_id: str | None = None,
         timeout: float | None = None,
-        cache: bool = True,
+        cache: bool | None = None,
         cache_ttl: float | None = None,
     ) -> InvokeResult:
         """InvokeEndpoint through the route named ``endpoint``.
@@ -341,6 +341,8 @@ class Gateway:
         ``timeout`` (seconds) is the call's one deadline: pool waits, attempts,
         hedges, backoffs and retries all spend from it. ``cache=False`` skips
         the prediction cache for this call; ``cache_ttl`` overrides its TTL.
+        Both default to the route's ``cache``/``cache_ttl_s``, then the
+        ``[cache]`` table's.
         Raises a :class:`gateway.errors.GatewayError` subclass on failure.
         """
         if not self._started:
@@ -353,6 +355,8 @@ class Gateway:
         # A session is stateful on the far side: never answer it from a cache.
         key: str | None = None
         cache_store = self._cache
+        if cache is None:
+            cache = route.config.cache
         if cache_store is not None and cache and session_id is None:
             variant_key = _variant_key(
                 target_variant, custom_attributes, target_container_hostname, inference_component
@@ -399,7 +403,7 @@ class Gateway:
             await credentials.fresh()  # only inside the mandatory window
         if key is None:
             return await self._invoker.invoke(call)
-        return await self._invoke_cached(call, key, cache_ttl)
+        return await self._invoke_cached(call, key, cache_ttl or route.config.cache_ttl_s)
 
     def _cache_key(
         self,

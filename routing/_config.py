@@ -389,9 +389,23 @@ class RouteConfig:
     ejection: EjectionConfig = field(default_factory=EjectionConfig)
     health_check: HealthCheckConfig = field(default_factory=HealthCheckConfig)
     mme_preferred: int = 2
+    # Prediction-cache defaults for calls on this route (a call's own
+    # ``cache=``/``cache_ttl=`` still win); plain data, routing never caches.
+    cache: bool = True
+    cache_ttl_s: float | None = None
 
     _KEYS = frozenset(
-        {"targets", "timeout_ms", "hedge", "retry", "ejection", "health_check", "mme_preferred"}
+        {
+            "targets",
+            "timeout_ms",
+            "hedge",
+            "retry",
+            "ejection",
+            "health_check",
+            "mme_preferred",
+            "cache",
+            "cache_ttl_s",
+        }
     )
 
     def __post_init__(self) -> None:
@@ -410,6 +424,8 @@ class RouteConfig:
             raise RouteConfigError(f"{path}.timeout_ms: must be > 0")
         if self.mme_preferred < 1:
             raise RouteConfigError(f"{path}.mme_preferred: must be >= 1")
+        if self.cache_ttl_s is not None and not self.cache_ttl_s > 0:
+            raise RouteConfigError(f"{path}.cache_ttl_s: must be > 0")
 
     @classmethod
     def from_mapping(cls, name: str, mapping: Mapping[str, Any]) -> Self:
@@ -425,6 +441,7 @@ class RouteConfig:
             for index, raw in enumerate(raw_targets)
         )
         timeout = mapping.get("timeout_ms")
+        cache_ttl = mapping.get("cache_ttl_s")
         return cls(
             name=name,
             targets=targets,
@@ -438,6 +455,8 @@ class RouteConfig:
             mme_preferred=_integer(
                 f"{path}.mme_preferred", mapping.get("mme_preferred", 2), minimum=1
             ),
+            cache=_boolean(f"{path}.cache", mapping.get("cache", True)),
+            cache_ttl_s=None if cache_ttl is None else _positive(f"{path}.cache_ttl_s", cache_ttl),
         )
 
 

@@ -154,3 +154,27 @@ async def test_redis_dying_and_returning_never_fails_a_call(emulator: Emulator) 
             again = await gw.invoke("echo", b"after-restart")
             assert again.cache == "redis"
             assert cache.stats.circuit_state == "closed"
+
+
+async def test_routes_set_cache_defaults(emulator: Emulator) -> None:
+    routes = {
+        "uncached": {"targets": [{"endpoint": "echo"}], "cache": False},
+        "short": {"targets": [{"endpoint": "echo"}], "cache_ttl_s": 0.05},
+    }
+    async with Gateway(
+        "us-east-1",
+        endpoint_url=emulator.url,
+        credentials=("AK", "SK"),
+        cache=_cache(),
+        routes=routes,
+    ) as gw:
+        for _ in range(2):
+            assert (await gw.invoke("uncached", b"u")).cache is None
+        assert (await gw.invoke("uncached", b"u", cache=True)).cache is None  # a miss fills
+        assert (await gw.invoke("uncached", b"u", cache=True)).cache == "near"
+        await gw.invoke("short", b"s")
+        assert (await gw.invoke("short", b"s")).cache == "near"
+        await asyncio.sleep(0.1)  # past the route's 50 ms TTL: within the stale grace
+        assert (await gw.invoke("short", b"s")).cache == "stale"
+    # 2 uncached, 1 fill on "uncached", 1 on "short" (+ the stale entry's refresh)
+    assert emulator.stats.count(endpoint="echo") >= 4
