@@ -3,6 +3,7 @@
     python -m bench.rtb_throughput                  # rate sweep, both upstreams
     python -m bench.rtb_throughput --quick --json   # CI smoke run
     python -m bench.rtb_throughput --profile 20000  # cProfile of the filter side
+    python -m bench.rtb_throughput --cache          # also with cached scores (near tier)
 
 The filter runs here, on one event loop (one core at most). Synthetic bid
 requests arrive open-loop at a steady offered rate (submitted each ~1 ms
@@ -14,6 +15,16 @@ The scoring endpoint runs in a child process so its CPU is not the filter's:
             (pure Python, ~3-5 us per row) behind the SageMaker wire API
   stub      a constant-score endpoint (one "0.5" line per row), so the
             filter side's own cost is isolated from the model's
+
+With ``--cache`` every upstream is measured twice, without and with a
+near-tier score cache (``BidFilter(..., cache=PredictionCache(...))``, a
+fresh, cold cache per rate), on one long stream of distinct synthetic
+requests (no cycling through a small pool, which would make every request a
+hit after the first pass): rows repeat only as the synthetic traffic repeats
+them (popular domains, apps and geos, all within one hour). The measured
+window continues the stream after the warm-up, and the hit share is
+reported. A long-running process has seen more of the traffic, so its hit
+share is higher than here.
 
 CPU use is read per process (getrusage here, /proc for the child) over the
 measured window. On a 2-core machine both processes share the cores with
@@ -39,6 +50,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from cache import CacheConfig, PredictionCache
 from gateway import Gateway
 from gateway.emulator import Emulator
 from gateway.rtb import BidFilter, Decision, FilterPolicy, load_bundled_spec, parse_bid_request
@@ -59,11 +71,13 @@ class Plan:
     max_batch: int
     max_wait_ms: float
     threshold: float
+    cache: tuple[bool, ...] = (False,)
 
 
 @dataclass
 class Row:
     upstream: str
+    cache: bool
     offered_rps: float
     achieved_rps: float
     p50_ms: float
@@ -77,6 +91,7 @@ class Row:
     batches: int
     failed_open: int
     kept_share: float
+    cache_hit_share: float
     keeping_up: bool
 
 
@@ -168,9 +183,12 @@ class Recorder:
 
 
 async def offer(
-    bid_filter: BidFilter, bodies: Sequence[bytes], rate: float, seconds: float
+    bid_filter: BidFilter, bodies: Sequence[bytes], rate: float, seconds: float, start: int = 0
 ) -> Recorder:
-    """Submit `rate` requests per second for `seconds`, then wait for every decision."""
+    """Submit `rate` requests per second for `seconds`, then wait for every decision.
+
+    Bodies are taken from `bodies[start]` on, cycling if there are too few.
+    """
     recorder = Recorder()
     loop = asyncio.get_running_loop()
     started = loop.time()
@@ -181,7 +199,7 @@ async def offer(
     while submitted < total:
         due = min(total, int((loop.time() - started) * rate) + 1)
         while submitted < due:
-            body = bodies[submitted % count]
+            body = bodies[(start + submitted) % count]
             submitted += 1
             at = clock()
             future = bid_filter.submit(body, now=NOW)
@@ -197,29 +215,40 @@ def percentile(sorted_values: Sequence[float], share: float) -> float:
     return sorted_values[index]
 
 
-async def measure(url: str, pid: int, kind: str, rate: int, plan: Plan) -> Row:
-    bodies = sample_bodies(4096, seed=17)
+def bench_bodies(plan: Plan) -> Sequence[bytes]:
+    """A pool of 4096 bodies, cycled; with --cache one stream long enough for any rate."""
+    if not any(plan.cache):
+        return sample_bodies(4096, seed=17)
+    return sample_bodies(int(max(plan.rates) * (plan.warmup_s + plan.seconds)) + 1, seed=17)
+
+
+async def measure(
+    url: str, pid: int, kind: str, rate: int, plan: Plan, bodies: Sequence[bytes], cached: bool
+) -> Row:
     policy = FilterPolicy(threshold=plan.threshold)
+    score_cache = PredictionCache(CacheConfig(namespace="bench")) if cached else None
     async with Gateway(region="us-east-1", endpoint_url=url, credentials=("AK", "SK")) as gw:
         bid_filter = BidFilter(
             gw, "bid-filter", policy=policy, max_batch=plan.max_batch,
-            max_wait=plan.max_wait_ms / 1000,
+            max_wait=plan.max_wait_ms / 1000, cache=score_cache,
         )  # fmt: skip
         try:
             await offer(bid_filter, bodies, rate, plan.warmup_s)
             before = bid_filter.stats
             cpu, child_cpu, wall = own_cpu_s(), process_cpu_s(pid), time.perf_counter()
-            recorder = await offer(bid_filter, bodies, rate, plan.seconds)
+            start = int(rate * plan.warmup_s)  # the stream goes on: no replay of the warm-up
+            recorder = await offer(bid_filter, bodies, rate, plan.seconds, start)
             wall = time.perf_counter() - wall
             cpu, child_cpu = own_cpu_s() - cpu, process_cpu_s(pid) - child_cpu
             after = bid_filter.stats
         finally:
             await bid_filter.aclose()
-    return _row(kind, rate, plan, recorder, (wall, cpu, child_cpu), before, after)
+    return _row(kind, cached, rate, plan, recorder, (wall, cpu, child_cpu), before, after)
 
 
 def _row(
     kind: str,
+    cached: bool,
     rate: int,
     plan: Plan,
     recorder: Recorder,
@@ -232,8 +261,11 @@ def _row(
     latencies = sorted(recorder.latencies)
     batches = after.batches - before.batches
     achieved = done / wall
+    hits = after.cache_near_hits + after.cache_redis_hits
+    hits -= before.cache_near_hits + before.cache_redis_hits
     return Row(
         upstream=kind,
+        cache=cached,
         offered_rps=float(rate),
         achieved_rps=round(achieved, 1),
         p50_ms=round(percentile(latencies, 0.50) * 1000, 3),
@@ -243,13 +275,20 @@ def _row(
         filter_cpu_us_per_request=round(cpu / done * 1e6, 2),
         upstream_cpu_pct=round(100 * child_cpu / wall, 1),
         upstream_cpu_us_per_request=round(child_cpu / done * 1e6, 2),
-        mean_batch=round(done / batches, 1) if batches else 0.0,
+        mean_batch=round(_batched_rows(after, before) / batches, 1) if batches else 0.0,
         batches=batches,
         failed_open=after.failed_open - before.failed_open,
         kept_share=round(recorder.kept / done, 3),
+        cache_hit_share=round(hits / done, 3),
         # open loop: falling behind shows up as a longer window than planned
         keeping_up=wall < plan.seconds * 1.05 + 0.05,
     )
+
+
+def _batched_rows(after: Any, before: Any) -> int:
+    """Rows that went through a batch (cache hits at submit do not)."""
+    rows = sum(size * count for size, count in after.batch_sizes.items())
+    return rows - sum(size * count for size, count in before.batch_sizes.items())
 
 
 def parse_and_features_us(rounds: int = 3, count: int = 2000) -> float:
@@ -270,9 +309,14 @@ def parse_and_features_us(rounds: int = 3, count: int = 2000) -> float:
 
 def run(plan: Plan, run_one: Callable[[Any], Any]) -> dict[str, Any]:
     rows: list[Row] = []
+    bodies = bench_bodies(plan)
     for kind in plan.upstreams:
         with upstream(kind, plan) as (url, pid):
-            rows.extend(run_one(measure(url, pid, kind, rate, plan)) for rate in plan.rates)
+            rows.extend(
+                run_one(measure(url, pid, kind, rate, plan, bodies, cached))
+                for cached in plan.cache
+                for rate in plan.rates
+            )
     return {
         "plan": asdict(plan),
         "parse_features_us": parse_and_features_us(),
@@ -286,7 +330,8 @@ def profile(plan: Plan, rate: int, run_one: Callable[[Any], Any]) -> str:
     with upstream("stub", plan) as (url, pid):
         profiler = cProfile.Profile()
         profiler.enable()
-        run_one(measure(url, pid, "stub", rate, plan))
+        cached = plan.cache[-1]
+        run_one(measure(url, pid, "stub", rate, plan, bench_bodies(plan), cached))
         profiler.disable()
     out = io.StringIO()
     pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(30)
@@ -295,7 +340,7 @@ def profile(plan: Plan, rate: int, run_one: Callable[[Any], Any]) -> str:
 
 def render(report: dict[str, Any]) -> str:
     columns = (
-        ("upstream", "upstream", "{}"),
+        ("upstream", "upstream/cache", "{}"),
         ("offered_rps", "offered/s", "{:.0f}"),
         ("achieved_rps", "done/s", "{:.0f}"),
         ("p50_ms", "p50 ms", "{:.2f}"),
@@ -306,11 +351,13 @@ def render(report: dict[str, Any]) -> str:
         ("upstream_cpu_pct", "upstream CPU%", "{:.0f}"),
         ("mean_batch", "rows/batch", "{:.1f}"),
         ("failed_open", "failed open", "{}"),
+        ("cache_hit_share", "cache hit", "{:.2f}"),
         ("keeping_up", "keeps up", "{}"),
     )
     lines = [" | ".join(title for _, title, _ in columns)]
     lines.append(" | ".join("-" * len(title) for _, title, _ in columns))
     for row in report["rows"]:
+        row = {**row, "upstream": row["upstream"] + ("+cache" if row["cache"] else "")}
         cells = [fmt.format(row[key]).rjust(len(title)) for key, title, fmt in columns]
         lines.append(" | ".join(cells))
     lines.append(f"parse + features: {report['parse_features_us']} us/request (best of 3)")
@@ -327,6 +374,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-batch", type=int, default=64)
     parser.add_argument("--max-wait-ms", type=float, default=1.0)
     parser.add_argument("--threshold", type=float, default=0.01)
+    parser.add_argument(
+        "--cache",
+        action="store_true",
+        help="measure each upstream without and with a near-tier score cache, on a stream",
+    )
     parser.add_argument("--quick", action="store_true", help="one low rate, short windows (CI)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--profile", type=int, metavar="RATE", help="cProfile at RATE (stub)")
@@ -345,6 +397,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_batch=args.max_batch,
         max_wait_ms=args.max_wait_ms,
         threshold=args.threshold,
+        cache=(False, True) if args.cache else (False,),
     )
     import uvloop
 

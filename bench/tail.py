@@ -139,7 +139,10 @@ def _row(r: TailResult) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=20_000)
-    parser.add_argument("--concurrency", type=int, default=8)
+    # With few calls in flight the peak-EWMA balancer simply starves the
+    # stalling target after its first stall, and there is no tail to hedge;
+    # 32 in flight keeps both targets busy, as real bid traffic does.
+    parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
     try:

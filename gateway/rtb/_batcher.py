@@ -14,6 +14,10 @@ earliest unexpired deadline, re-armed as rows expire (rows of one batch
 arrive within `max_wait` of each other, so that is one or two timers per
 batch), plus the call's own timeout at its latest deadline. There is one
 task per batch, never one per row.
+
+A scorer may answer some rows before its call returns (`Batch.resolve`,
+e.g. rows found in a cache) and may leave a row without a score (None): a
+row left unanswered when the call returns fails open, counted as an error.
 """
 
 from __future__ import annotations
@@ -23,8 +27,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-# (body, row count, timeout in seconds) -> one score per row, in row order
-ScoreBatch = Callable[[bytes, int, float], Awaitable[Sequence[float]]]
 Result = TypeVar("Result")
 # (score or None when it failed or came too late, the row's context) -> the row's result
 Finish = Callable[[float | None, float], Result]
@@ -39,25 +41,55 @@ class BatchCounters:
 
 
 class _Pending(Generic[Result]):
-    __slots__ = ("context", "deadline", "future", "row")
+    __slots__ = ("context", "deadline", "future", "key", "row")
 
     def __init__(
-        self, row: bytes, future: asyncio.Future[Result], deadline: float, context: float
+        self,
+        row: bytes,
+        future: asyncio.Future[Result],
+        deadline: float,
+        context: float,
+        key: str,
     ) -> None:
         self.row = row
         self.future = future
         self.deadline = deadline
         self.context = context
+        self.key = key
 
 
-class _SentBatch(Generic[Result]):
-    """A batch in flight and its one expiry timer."""
+class Batch(Generic[Result]):
+    """A batch in flight (what a `ScoreBatch` gets) and its one expiry timer."""
 
-    __slots__ = ("entries", "expiry")
+    __slots__ = ("entries", "expiry", "finish")
 
-    def __init__(self, entries: list[_Pending[Result]]) -> None:
+    def __init__(self, entries: list[_Pending[Result]], finish: Finish[Result]) -> None:
         self.entries = entries
+        self.finish = finish
         self.expiry: asyncio.TimerHandle | None = None
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    @property
+    def rows(self) -> list[bytes]:
+        return [entry.row for entry in self.entries]
+
+    @property
+    def keys(self) -> list[str]:
+        """The key each row was submitted with ("" when none)."""
+        return [entry.key for entry in self.entries]
+
+    def resolve(self, index: int, score: float) -> None:
+        """Answer row `index` now, before the batch's call returns (no-op if already done)."""
+        entry = self.entries[index]
+        if not entry.future.done():
+            entry.future.set_result(self.finish(score, entry.context))
+
+
+# (batch, timeout in seconds) -> one score per row, in row order; None for a row
+# the scorer resolved itself (Batch.resolve) or could not score.
+ScoreBatch = Callable[[Batch[Result], float], Awaitable[Sequence[float | None]]]
 
 
 class MicroBatcher(Generic[Result]):
@@ -65,7 +97,7 @@ class MicroBatcher(Generic[Result]):
 
     def __init__(
         self,
-        score_batch: ScoreBatch,
+        score_batch: ScoreBatch[Result],
         finish: Finish[Result],
         *,
         max_batch: int,
@@ -86,8 +118,17 @@ class MicroBatcher(Generic[Result]):
         self._flush_timer: asyncio.TimerHandle | None = None
         self._in_flight: set[asyncio.Task[None]] = set()
 
-    def submit(self, row: bytes, budget: float, context: float) -> asyncio.Future[Result]:
-        """Queue one row with `budget` seconds to live; `context` is passed to `finish`."""
+    @property
+    def call_time(self) -> float:
+        return self._call_time
+
+    def submit(
+        self, row: bytes, budget: float, context: float, key: str = ""
+    ) -> asyncio.Future[Result]:
+        """Queue one row with `budget` seconds to live; `context` is passed to `finish`.
+
+        `key` travels with the row to the scorer (`Batch.keys`), e.g. its cache key.
+        """
         loop = asyncio.get_running_loop()
         now = loop.time()
         future: asyncio.Future[Result] = loop.create_future()
@@ -97,7 +138,7 @@ class MicroBatcher(Generic[Result]):
             return future
         deadline = now + budget
         pending = self._pending
-        pending.append(_Pending(row, future, deadline, context))
+        pending.append(_Pending(row, future, deadline, context, key))
         if len(pending) >= self._max_batch:
             self._flush()
             return future
@@ -140,13 +181,12 @@ class MicroBatcher(Generic[Result]):
         size = len(batch)
         counters.batches += 1
         counters.batch_sizes[size] = counters.batch_sizes.get(size, 0) + 1
-        task = asyncio.get_running_loop().create_task(self._send(_SentBatch(batch)))
+        task = asyncio.get_running_loop().create_task(self._send(Batch(batch, self._finish)))
         self._in_flight.add(task)
         task.add_done_callback(self._in_flight.discard)
 
-    async def _send(self, sent: _SentBatch[Result]) -> None:
+    async def _send(self, sent: Batch[Result]) -> None:
         batch = sent.entries
-        body = b"\n".join([entry.row for entry in batch])
         deadlines = [entry.deadline for entry in batch]
         first, last = min(deadlines), max(deadlines)
         loop = asyncio.get_running_loop()
@@ -155,7 +195,7 @@ class MicroBatcher(Generic[Result]):
         try:
             # The scorer gets the timeout, but is not trusted to honour it.
             async with asyncio.timeout_at(last):
-                scores = await self._score_batch(body, len(batch), last - loop.time())
+                scores = await self._score_batch(sent, last - loop.time())
             if len(scores) != len(batch):
                 raise ValueError(f"{len(scores)} scores for {len(batch)} rows")
         except asyncio.CancelledError:
@@ -174,9 +214,11 @@ class MicroBatcher(Generic[Result]):
         for entry, score in zip(batch, scores, strict=True):
             future = entry.future
             if not future.done():
+                if score is None:
+                    self._counters.errors += 1
                 future.set_result(finish(score, entry.context))
 
-    def _expire_due(self, sent: _SentBatch[Result]) -> None:
+    def _expire_due(self, sent: Batch[Result]) -> None:
         """Fail the rows whose deadline has come; re-arm for the next one."""
         loop = asyncio.get_running_loop()
         now = loop.time()

@@ -9,20 +9,37 @@ Scoring goes through the `Scorer` protocol (the signature of
 `Gateway.invoke`), one multi-row text/csv call per batch. The policy fails
 open: a timeout, an error or a malformed answer keeps the request, because
 a lost bid costs revenue while a scored-out request only saves compute.
+
+Cached scores (opt-in: ``BidFilter(gw, route, cache=gw.prediction_cache)``,
+or any `ScoreCache`): identical feature rows share a score. A row's key is
+the cache's ``key_for(route, None, None, "text/csv", "text/csv", tag, row)``
+where the tag is ``model_version`` (if given), the spec's version and its
+fingerprint, so a new model or spec never reads old scores. A row found in
+the near tier at submit is decided at once (no batch, no await); a batch
+then looks up its rows again in the near tier and sends ONE `get_many`
+(a single MGET) for the rest, resolving hits as soon as they are found;
+only the misses are scored upstream, each distinct row once (also across
+batches in flight), and their scores are `put` (near now, Redis in the
+background) with the cache's TTL. The cache fails open: Redis down or slow
+is a miss, and the lookup is bounded (`cache_timeout`) so it never eats the
+scoring call's time. With a cache, the Gateway's own whole-body cache is
+bypassed for the scoring calls (a batch body never repeats).
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import math
 import random
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from gateway.rtb._batcher import BatchCounters, MicroBatcher
+from cache import Entry
+from gateway.rtb._batcher import Batch, BatchCounters, MicroBatcher
 from gateway.rtb.features import FeatureSpec, load_bundled_spec
 from gateway.rtb.request import BidRequest, parse_bid_request
 from gateway.rtb.xgb import BUNDLED_MODEL_PATH, XGBoostModel
@@ -36,6 +53,7 @@ __all__ = [
     "InProcessResult",
     "InProcessScorer",
     "Reason",
+    "ScoreCache",
     "Scorer",
 ]
 
@@ -57,6 +75,27 @@ class Scorer(Protocol):
         accept: str,
         timeout: float | None,
     ) -> Any: ...
+
+
+class ScoreCache(Protocol):
+    """What BidFilter needs from a prediction cache (`cache.PredictionCache` has it)."""
+
+    def key_for(
+        self,
+        route: str,
+        model: str | None,
+        variant: str | None,
+        content_type: str | None,
+        accept: str | None,
+        version_tag: str | None,
+        body: bytes | bytearray | memoryview,
+    ) -> str: ...
+
+    def peek_near(self, key: str) -> Entry | None: ...
+
+    async def get_many(self, keys: Sequence[str]) -> list[Entry | None]: ...
+
+    def put(self, key: str, entry: Entry, ttl_s: float | None = None) -> Entry: ...
 
 
 class Reason(enum.Enum):
@@ -143,6 +182,9 @@ class FilterStats:
     failed_open: int = 0
     explored: int = 0
     shadowed: int = 0  # shadow mode: would have been dropped
+    cache_near_hits: int = 0  # rows scored from the in-process tier (at submit or in a batch)
+    cache_redis_hits: int = 0  # rows scored from Redis (one MGET per batch)
+    cache_misses: int = 0  # rows the cache did not answer: scored upstream (or shared)
     batches: int = 0
     timeouts: int = 0
     errors: int = 0
@@ -156,6 +198,11 @@ class BidFilter:
     `tmax_margin` (the part of the auction left to the bidder itself), else
     `default_budget`. No request is held past it: the batch is flushed early
     for deadline-near requests, and unanswered ones fail open.
+
+    `cache` (e.g. ``gateway.prediction_cache``; never picked up implicitly)
+    shares scores between identical feature rows, see the module docstring;
+    `model_version` goes into every key, `cache_timeout` bounds a batch's
+    Redis lookup.
     """
 
     def __init__(
@@ -170,10 +217,27 @@ class BidFilter:
         call_time: float = 0.002,
         default_budget: float = 0.020,
         tmax_margin: float = 0.050,
+        cache: ScoreCache | None = None,
+        model_version: str | None = None,
+        cache_timeout: float = 0.005,
     ) -> None:
         self._scorer = scorer
         self._endpoint = endpoint
         self._spec = spec if spec is not None else load_bundled_spec()
+        self._invoke: Callable[..., Any] = scorer.invoke
+        self._cache = cache
+        self._cache_timeout = cache_timeout
+        self._cache_tag = ""
+        self._inflight: dict[str, asyncio.Future[dict[str, float]]] = {}
+        self._keys: dict[bytes, str] = {}  # row -> cache key: hashing costs more than a hit
+        if cache is not None:
+            tag = f"{self._spec.version}.{self._spec.fingerprint()}"
+            self._cache_tag = tag if model_version is None else f"{model_version}.{tag}"
+            if getattr(scorer, "prediction_cache", None) is not None:
+                # A Gateway with a cache would also cache each whole batch body,
+                # which never repeats: rows are cached here instead.
+                invoke: Any = scorer.invoke
+                self._invoke = functools.partial(invoke, cache=False)
         self._policy = policy if policy is not None else FilterPolicy()
         self._default_budget = default_budget
         self._tmax_margin = tmax_margin
@@ -181,7 +245,7 @@ class BidFilter:
         self._counts = FilterStats()
         self._batch_counters = BatchCounters()
         self._batcher: MicroBatcher[Decision] = MicroBatcher(
-            self._score_batch,
+            self._score_batch if cache is None else self._score_batch_cached,
             self._apply,
             max_batch=max_batch,
             max_wait=max_wait,
@@ -196,6 +260,11 @@ class BidFilter:
     @property
     def policy(self) -> FilterPolicy:
         return self._policy
+
+    @property
+    def cache_tag(self) -> str | None:
+        """The version tag of this filter's cache keys (None without a cache)."""
+        return self._cache_tag if self._cache is not None else None
 
     @property
     def stats(self) -> FilterStats:
@@ -227,7 +296,25 @@ class BidFilter:
         if budget is None:
             tmax = parsed.tmax
             budget = tmax / 1000.0 - self._tmax_margin if tmax else self._default_budget
-        return self._batcher.submit(row, budget, self._policy.threshold_for(parsed, route))
+        threshold = self._policy.threshold_for(parsed, route)
+        cache = self._cache
+        if cache is None:
+            return self._batcher.submit(row, budget, threshold)
+        key = self._keys.get(row)
+        if key is None:
+            key = cache.key_for(self._endpoint, None, None, CSV, CSV, self._cache_tag, row)
+            if len(self._keys) >= _KEY_MEMO_LIMIT:
+                self._keys.clear()  # rows change every hour; stay bounded
+            self._keys[row] = key
+        entry = cache.peek_near(key)
+        if entry is not None:
+            score = _cached_score(entry)
+            if score is not None:  # decided at once, whatever the budget left
+                self._counts.cache_near_hits += 1
+                future: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()
+                future.set_result(self._apply(score, threshold))
+                return future
+        return self._batcher.submit(row, budget, threshold, key)
 
     async def decide(
         self,
@@ -280,25 +367,148 @@ class BidFilter:
         counts.dropped += 1
         return Decision(False, score, Reason.SCORED_DROP)
 
-    async def _score_batch(self, body: bytes, rows: int, budget: float) -> Sequence[float]:
-        result = await self._scorer.invoke(
+    async def _score_batch(self, batch: Batch[Decision], budget: float) -> Sequence[float]:
+        body = b"\n".join(batch.rows)
+        result = await self._invoke(
             self._endpoint, body, content_type=CSV, accept=CSV, timeout=budget
         )
-        return _parse_scores(bytes(result.body), rows)
+        return _parse_scores(_score_fields(bytes(result.body), len(batch)))
+
+    async def _score_batch_cached(
+        self, batch: Batch[Decision], budget: float
+    ) -> Sequence[float | None]:
+        """Near tier, then one get_many, then one upstream call for the distinct misses."""
+        cache = self._cache
+        assert cache is not None
+        counts = self._counts
+        keys = batch.keys
+        scores: list[float | None] = [None] * len(keys)
+        # 1. The near tier, again: an identical row may have been scored since submit.
+        peek = cache.peek_near
+        missing: list[int] = []
+        for index, key in enumerate(keys):
+            entry = peek(key)
+            score = None if entry is None else _cached_score(entry)
+            if score is None:
+                missing.append(index)
+            else:
+                counts.cache_near_hits += 1
+                batch.resolve(index, score)
+        if not missing:
+            return scores
+        # 2. One lookup for the rest (near, then a single MGET), bounded so a slow
+        #    Redis never spends the time the scoring call needs.
+        lookup_s = min(self._cache_timeout, budget - self._batcher.call_time)
+        if lookup_s > 0:
+            try:
+                async with asyncio.timeout(lookup_s):
+                    found = await cache.get_many([keys[i] for i in missing])
+            except TimeoutError:
+                found = []
+            if found:
+                still: list[int] = []
+                for index, entry in zip(missing, found, strict=True):
+                    score = None if entry is None else _cached_score(entry)
+                    if score is None:
+                        still.append(index)
+                    else:
+                        counts.cache_redis_hits += 1
+                        batch.resolve(index, score)
+                missing = still
+        counts.cache_misses += len(missing)
+        if not missing:
+            return scores
+        # 3. Each distinct missing row once: a row already being scored by another
+        #    batch waits for that batch's answer instead of being sent again.
+        inflight = self._inflight
+        mine: dict[str, int] = {}  # key -> position in this call's body
+        send: list[bytes] = []
+        followed: list[tuple[int, asyncio.Future[dict[str, float]]]] = []
+        entries = batch.entries
+        own: asyncio.Future[dict[str, float]] = asyncio.get_running_loop().create_future()
+        for index in missing:
+            key = keys[index]
+            if key in mine:
+                continue
+            other = inflight.get(key)
+            if other is not None:
+                followed.append((index, other))
+                continue
+            mine[key] = len(send)
+            send.append(entries[index].row)
+            inflight[key] = own
+        answered: dict[str, float] = {}
+        try:
+            if send:
+                answered = await self._score_rows(send, mine, budget)
+        finally:
+            for key in mine:
+                if inflight.get(key) is own:
+                    del inflight[key]
+            if not own.done():
+                own.set_result(answered)  # {} when the call failed: followers fail open
+        for index in missing:
+            scores[index] = answered.get(keys[index])
+        for index, other in followed:
+            shared = await asyncio.shield(other)
+            scores[index] = shared.get(keys[index])
+        return scores
+
+    async def _score_rows(
+        self, rows: list[bytes], positions: dict[str, int], budget: float
+    ) -> dict[str, float]:
+        """Score distinct rows upstream and store each score; key -> score."""
+        cache = self._cache
+        assert cache is not None
+        result = await self._invoke(
+            self._endpoint, b"\n".join(rows), content_type=CSV, accept=CSV, timeout=budget
+        )
+        fields = _score_fields(bytes(result.body), len(rows))
+        scores = _parse_scores(fields)
+        put = cache.put
+        answered: dict[str, float] = {}
+        for key, position in positions.items():
+            put(key, Entry(fields[position], CSV))
+            answered[key] = scores[position]
+        return answered
 
 
-_OWN_COUNTERS: Final = ("kept", "dropped", "failed_open", "explored", "shadowed")
+_KEY_MEMO_LIMIT: Final = 16384
+
+_OWN_COUNTERS: Final = (
+    "kept",
+    "dropped",
+    "failed_open",
+    "explored",
+    "shadowed",
+    "cache_near_hits",
+    "cache_redis_hits",
+    "cache_misses",
+)
 
 
-def _parse_scores(body: bytes, rows: int) -> list[float]:
+def _score_fields(body: bytes, rows: int) -> list[bytes]:
     """One score per line (commas also accepted, as older XGBoost containers answer)."""
     fields = body.replace(b",", b"\n").split()
     if len(fields) != rows:
         raise ValueError(f"model returned {len(fields)} scores for {rows} rows")
+    return fields
+
+
+def _parse_scores(fields: list[bytes]) -> list[float]:
     scores = [float(f) for f in fields]
     if not all(math.isfinite(s) for s in scores):
         raise ValueError("model returned a non-finite score")
     return scores
+
+
+def _cached_score(entry: Entry) -> float | None:
+    """The score a cache entry holds, or None if it holds none (then it is a miss)."""
+    try:
+        score = float(entry.body)
+    except ValueError:
+        return None
+    return score if math.isfinite(score) else None
 
 
 @dataclass(frozen=True, slots=True)

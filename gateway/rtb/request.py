@@ -36,6 +36,12 @@ DEFAULT_MAX_REQUEST_BYTES: Final = 64 * 1024
 
 # Primary kind of a multi-format impression: the richest format present.
 _KINDS: Final = ("video", "audio", "native", "banner")
+# Every combination of present formats, indexed by a bit mask in _KINDS
+# order (video = 8 ... banner = 1), so an impression's kinds are one lookup.
+_KIND_SETS: Final = tuple(
+    tuple(kind for bit, kind in zip((8, 4, 2, 1), _KINDS, strict=True) if mask & bit)
+    for mask in range(16)
+)
 
 
 class InvalidBidRequest(ValueError):
@@ -174,220 +180,442 @@ def parse_bid_request(
     return _bid_request(root)
 
 
+# --- the validating readers -------------------------------------------------
+#
+# Straight-line code, one function per object: a field is one `dict.get`
+# and one or two identity checks (`type(v) is str`), with the JSON path
+# spelled out in the (cold) error branch. A generic `_opt_str(obj, key,
+# path)` helper per field cost ~80 calls per request, more than the checks
+# themselves. Fields are read in the same order as they are reported: the
+# first problem found is the one named.
+
+
 def _bid_request(root: dict[str, Any]) -> BidRequest:
-    site_obj = _opt_obj(root, "site", "")
-    app_obj = _opt_obj(root, "app", "")
+    get = root.get
+    site_obj = get("site")
+    if site_obj is not None and type(site_obj) is not dict:
+        raise _bad("site", "object", site_obj)
+    app_obj = get("app")
+    if app_obj is not None and type(app_obj) is not dict:
+        raise _bad("app", "object", app_obj)
     if site_obj is not None and app_obj is not None:
         raise InvalidBidRequest("site and app are mutually exclusive")
-    user_obj = _opt_obj(root, "user", "")
-    tmax = _opt_int(root, "tmax", "")
-    if tmax is not None and tmax <= 0:
-        raise InvalidBidRequest(f"tmax: must be > 0, got {tmax}")
-    at = _opt_int(root, "at", "")
+    user_obj = get("user")
+    if user_obj is not None and type(user_obj) is not dict:
+        raise _bad("user", "object", user_obj)
+    tmax = get("tmax")
+    if tmax is not None:
+        if type(tmax) is not int:
+            raise _bad("tmax", "integer", tmax)
+        if tmax <= 0:
+            raise InvalidBidRequest(f"tmax: must be > 0, got {tmax}")
+    at = get("at")
+    if at is None:
+        at = 2  # OpenRTB's default: second-price auction
+    elif type(at) is not int:
+        raise _bad("at", "integer", at)
+    request_id = get("id")
+    if type(request_id) is not str:
+        if request_id is None:
+            raise InvalidBidRequest("missing required field: id")
+        raise _bad("id", "string", request_id)
+    imps = _imps(get("imp"))
+    site = _site(site_obj) if site_obj is not None else None
+    app = _app(app_obj) if app_obj is not None else None
+    device_obj = get("device")
+    if device_obj is None:
+        device = None
+    elif type(device_obj) is dict:
+        device = _device(device_obj)
+    else:
+        raise _bad("device", "object", device_obj)
+    user = _user(user_obj) if user_obj is not None else None
+    regs = _regs(get("regs"), user_obj)
+    source = get("source")
+    has_schain = False if source is None else _has_schain(source)
+    bcat = get("bcat")
+    bcat = () if bcat is None else _strings(bcat, "bcat")
+    badv = get("badv")
+    badv = () if badv is None else _strings(badv, "badv")
+    cur = get("cur")
+    cur = () if cur is None else _strings(cur, "cur")
+    test = get("test")
+    if test is None:
+        test = False
+    elif type(test) is int and (test == 0 or test == 1):
+        test = test == 1
+    else:
+        raise _bad("test", "0 or 1", test)
     return BidRequest(
-        id=_req_str(root, "id", ""),
-        imp=_imps(root),
-        site=_site(site_obj) if site_obj is not None else None,
-        app=_app(app_obj) if app_obj is not None else None,
-        device=_device(root),
-        user=_user(user_obj) if user_obj is not None else None,
-        regs=_regs(root, user_obj),
-        has_schain=_has_schain(root),
-        tmax=tmax,
-        at=2 if at is None else at,
-        bcat=_str_list(root, "bcat", ""),
-        badv=_str_list(root, "badv", ""),
-        cur=_str_list(root, "cur", ""),
-        test=_opt_flag(root, "test", "") or False,
-    )
+        request_id, imps, site, app, device, user, regs, has_schain,
+        tmax, at, bcat, badv, cur, test,
+    )  # fmt: skip
 
 
-def _imps(root: dict[str, Any]) -> tuple[Imp, ...]:
-    raw = root.get("imp")
-    if raw is None:
-        raise InvalidBidRequest("missing required field: imp")
+def _imps(raw: Any) -> tuple[Imp, ...]:
     if type(raw) is not list:
-        raise InvalidBidRequest(f"imp: expected array, got {_json_type(raw)}")
+        if raw is None:
+            raise InvalidBidRequest("missing required field: imp")
+        raise _bad("imp", "array", raw)
     if not raw:
         raise InvalidBidRequest("imp is empty")
-    return tuple([_imp(item, f"imp[{i}]") for i, item in enumerate(raw)])
+    if len(raw) == 1:
+        return (_imp(raw[0], 0),)
+    return tuple([_imp(item, i) for i, item in enumerate(raw)])
 
 
-def _imp(obj: Any, path: str) -> Imp:
+def _imp(obj: Any, index: int) -> Imp:
     if type(obj) is not dict:
-        raise InvalidBidRequest(f"{path}: expected object, got {_json_type(obj)}")
-    kinds = tuple([kind for kind in _KINDS if obj.get(kind) is not None])
+        raise _bad(f"imp[{index}]", "object", obj)
+    get = obj.get
+    banner = get("banner")
+    video = get("video")
+    audio = get("audio")
+    native = get("native")
+    kinds = _KIND_SETS[
+        (video is not None) << 3 | (audio is not None) << 2 | (native is not None) << 1
+        | (banner is not None)
+    ]  # fmt: skip
     if not kinds:
-        raise InvalidBidRequest(f"{path}: needs one of banner, video, audio, native")
+        raise InvalidBidRequest(f"imp[{index}]: needs one of banner, video, audio, native")
     w = h = None
     formats: tuple[tuple[int, int], ...] = ()
-    banner = _opt_obj(obj, "banner", path)
     if banner is not None:
-        w = _opt_int(banner, "w", path + ".banner")
-        h = _opt_int(banner, "h", path + ".banner")
-        formats = _formats(banner, path + ".banner.format")
-    video = _opt_obj(obj, "video", path)
-    if video is not None and w is None:
-        w = _opt_int(video, "w", path + ".video")
-        h = _opt_int(video, "h", path + ".video")
-    _opt_obj(obj, "audio", path)
-    _opt_obj(obj, "native", path)
-    bidfloor = _opt_number(obj, "bidfloor", path)
-    if bidfloor is not None and bidfloor < 0:
-        raise InvalidBidRequest(f"{path}.bidfloor: must be >= 0, got {bidfloor}")
+        if type(banner) is not dict:
+            raise _bad(f"imp[{index}].banner", "object", banner)
+        w = banner.get("w")
+        if w is not None and type(w) is not int:
+            raise _bad(f"imp[{index}].banner.w", "integer", w)
+        h = banner.get("h")
+        if h is not None and type(h) is not int:
+            raise _bad(f"imp[{index}].banner.h", "integer", h)
+        sizes = banner.get("format")
+        if sizes is not None:
+            formats = _formats(sizes, index)
+    if video is not None:
+        if type(video) is not dict:
+            raise _bad(f"imp[{index}].video", "object", video)
+        if w is None:
+            w = video.get("w")
+            if w is not None and type(w) is not int:
+                raise _bad(f"imp[{index}].video.w", "integer", w)
+            h = video.get("h")
+            if h is not None and type(h) is not int:
+                raise _bad(f"imp[{index}].video.h", "integer", h)
+    if audio is not None and type(audio) is not dict:
+        raise _bad(f"imp[{index}].audio", "object", audio)
+    if native is not None and type(native) is not dict:
+        raise _bad(f"imp[{index}].native", "object", native)
+    bidfloor = get("bidfloor")
+    if bidfloor is None:
+        bidfloor = 0.0
+    else:
+        kind = type(bidfloor)
+        if kind is int:
+            bidfloor = float(bidfloor)
+        elif kind is not float:
+            raise _bad(f"imp[{index}].bidfloor", "number", bidfloor)
+        if bidfloor < 0:
+            raise InvalidBidRequest(f"imp[{index}].bidfloor: must be >= 0, got {bidfloor}")
+    imp_id = get("id")
+    if type(imp_id) is not str:
+        if imp_id is None:
+            raise InvalidBidRequest(f"missing required field: imp[{index}].id")
+        raise _bad(f"imp[{index}].id", "string", imp_id)
+    bidfloorcur = get("bidfloorcur")
+    if bidfloorcur is not None and type(bidfloorcur) is not str:
+        raise _bad(f"imp[{index}].bidfloorcur", "string", bidfloorcur)
+    instl = get("instl")
+    if instl is None:
+        instl = False
+    elif type(instl) is int and (instl == 0 or instl == 1):
+        instl = instl == 1
+    else:
+        raise _bad(f"imp[{index}].instl", "0 or 1", instl)
+    secure = get("secure")
+    if secure is not None:
+        if type(secure) is int and (secure == 0 or secure == 1):
+            secure = secure == 1
+        else:
+            raise _bad(f"imp[{index}].secure", "0 or 1", secure)
     return Imp(
-        id=_req_str(obj, "id", path),
-        kind=kinds[0],
-        kinds=kinds,
-        w=w,
-        h=h,
-        formats=formats,
-        bidfloor=bidfloor or 0.0,
-        bidfloorcur=_opt_str(obj, "bidfloorcur", path) or "USD",
-        instl=_opt_flag(obj, "instl", path) or False,
-        secure=_opt_flag(obj, "secure", path),
+        imp_id, kinds[0], kinds, w, h, formats, bidfloor, bidfloorcur or "USD", instl, secure
     )
 
 
-def _formats(banner: dict[str, Any], path: str) -> tuple[tuple[int, int], ...]:
-    raw = banner.get("format")
-    if raw is None:
-        return ()
+def _formats(raw: Any, index: int) -> tuple[tuple[int, int], ...]:
     if type(raw) is not list:
-        raise InvalidBidRequest(f"{path}: expected array, got {_json_type(raw)}")
+        raise _bad(f"imp[{index}].banner.format", "array", raw)
     sizes = []
     for i, item in enumerate(raw):
-        item_path = f"{path}[{i}]"
         if type(item) is not dict:
-            raise InvalidBidRequest(f"{item_path}: expected object, got {_json_type(item)}")
-        w = _opt_int(item, "w", item_path)
-        h = _opt_int(item, "h", item_path)
+            raise _bad(f"imp[{index}].banner.format[{i}]", "object", item)
+        w = item.get("w")
+        if w is not None and type(w) is not int:
+            raise _bad(f"imp[{index}].banner.format[{i}].w", "integer", w)
+        h = item.get("h")
+        if h is not None and type(h) is not int:
+            raise _bad(f"imp[{index}].banner.format[{i}].h", "integer", h)
         if w is not None and h is not None:
             sizes.append((w, h))  # wratio/hratio formats carry no fixed size
     return tuple(sizes)
 
 
-def _publisher(parent: dict[str, Any], parent_path: str) -> Publisher | None:
-    obj = _opt_obj(parent, "publisher", parent_path)
-    if obj is None:
-        return None
-    path = parent_path + ".publisher"
-    return Publisher(_opt_str(obj, "id", path), _opt_str(obj, "domain", path))
+def _publisher(obj: Any, parent: str) -> Publisher:
+    if type(obj) is not dict:
+        raise _bad(f"{parent}.publisher", "object", obj)
+    get = obj.get
+    publisher_id = get("id")
+    if publisher_id is not None and type(publisher_id) is not str:
+        raise _bad(f"{parent}.publisher.id", "string", publisher_id)
+    domain = get("domain")
+    if domain is not None and type(domain) is not str:
+        raise _bad(f"{parent}.publisher.domain", "string", domain)
+    return Publisher(publisher_id, domain)
 
 
 def _site(obj: dict[str, Any]) -> Site:
-    return Site(
-        id=_opt_str(obj, "id", "site"),
-        domain=_opt_str(obj, "domain", "site"),
-        page=_opt_str(obj, "page", "site"),
-        publisher=_publisher(obj, "site"),
-        cat=_str_list(obj, "cat", "site"),
-        sectioncat=_str_list(obj, "sectioncat", "site"),
-        pagecat=_str_list(obj, "pagecat", "site"),
-    )
+    get = obj.get
+    site_id = get("id")
+    if site_id is not None and type(site_id) is not str:
+        raise _bad("site.id", "string", site_id)
+    domain = get("domain")
+    if domain is not None and type(domain) is not str:
+        raise _bad("site.domain", "string", domain)
+    page = get("page")
+    if page is not None and type(page) is not str:
+        raise _bad("site.page", "string", page)
+    publisher = get("publisher")
+    if publisher is not None:
+        publisher = _publisher(publisher, "site")
+    cat = get("cat")
+    cat = () if cat is None else _strings(cat, "site.cat")
+    sectioncat = get("sectioncat")
+    sectioncat = () if sectioncat is None else _strings(sectioncat, "site.sectioncat")
+    pagecat = get("pagecat")
+    pagecat = () if pagecat is None else _strings(pagecat, "site.pagecat")
+    return Site(site_id, domain, page, publisher, cat, sectioncat, pagecat)
 
 
 def _app(obj: dict[str, Any]) -> App:
-    return App(
-        id=_opt_str(obj, "id", "app"),
-        domain=_opt_str(obj, "domain", "app"),
-        bundle=_opt_str(obj, "bundle", "app"),
-        publisher=_publisher(obj, "app"),
-        cat=_str_list(obj, "cat", "app"),
-        sectioncat=_str_list(obj, "sectioncat", "app"),
-        pagecat=_str_list(obj, "pagecat", "app"),
-    )
+    get = obj.get
+    app_id = get("id")
+    if app_id is not None and type(app_id) is not str:
+        raise _bad("app.id", "string", app_id)
+    domain = get("domain")
+    if domain is not None and type(domain) is not str:
+        raise _bad("app.domain", "string", domain)
+    bundle = get("bundle")
+    if bundle is not None and type(bundle) is not str:
+        raise _bad("app.bundle", "string", bundle)
+    publisher = get("publisher")
+    if publisher is not None:
+        publisher = _publisher(publisher, "app")
+    cat = get("cat")
+    cat = () if cat is None else _strings(cat, "app.cat")
+    sectioncat = get("sectioncat")
+    sectioncat = () if sectioncat is None else _strings(sectioncat, "app.sectioncat")
+    pagecat = get("pagecat")
+    pagecat = () if pagecat is None else _strings(pagecat, "app.pagecat")
+    return App(app_id, domain, bundle, publisher, cat, sectioncat, pagecat)
 
 
-def _geo(parent: dict[str, Any], parent_path: str) -> Geo | None:
-    obj = _opt_obj(parent, "geo", parent_path)
-    if obj is None:
-        return None
-    path = parent_path + ".geo"
-    return Geo(
-        country=_opt_str(obj, "country", path),
-        region=_opt_str(obj, "region", path),
-        city=_opt_str(obj, "city", path),
-        lat=_opt_number(obj, "lat", path),
-        lon=_opt_number(obj, "lon", path),
-    )
+def _geo(obj: Any, parent: str) -> Geo:
+    if type(obj) is not dict:
+        raise _bad(f"{parent}.geo", "object", obj)
+    get = obj.get
+    country = get("country")
+    if country is not None and type(country) is not str:
+        raise _bad(f"{parent}.geo.country", "string", country)
+    region = get("region")
+    if region is not None and type(region) is not str:
+        raise _bad(f"{parent}.geo.region", "string", region)
+    city = get("city")
+    if city is not None and type(city) is not str:
+        raise _bad(f"{parent}.geo.city", "string", city)
+    lat = get("lat")
+    if lat is not None and type(lat) is not float:
+        if type(lat) is not int:
+            raise _bad(f"{parent}.geo.lat", "number", lat)
+        lat = float(lat)
+    lon = get("lon")
+    if lon is not None and type(lon) is not float:
+        if type(lon) is not int:
+            raise _bad(f"{parent}.geo.lon", "number", lon)
+        lon = float(lon)
+    return Geo(country, region, city, lat, lon)
 
 
-def _device(root: dict[str, Any]) -> Device | None:
-    obj = _opt_obj(root, "device", "")
-    if obj is None:
-        return None
-    has_ip = (
-        _opt_str(obj, "ip", "device") is not None or _opt_str(obj, "ipv6", "device") is not None
-    )
+def _device(obj: dict[str, Any]) -> Device:
+    get = obj.get
+    ip = get("ip")
+    if ip is not None and type(ip) is not str:
+        raise _bad("device.ip", "string", ip)
+    ipv6 = get("ipv6")
+    if ipv6 is not None and type(ipv6) is not str:
+        raise _bad("device.ipv6", "string", ipv6)
+    ua = get("ua")
+    if ua is not None and type(ua) is not str:
+        raise _bad("device.ua", "string", ua)
+    devicetype = get("devicetype")
+    if devicetype is not None and type(devicetype) is not int:
+        raise _bad("device.devicetype", "integer", devicetype)
+    os = get("os")
+    if os is not None and type(os) is not str:
+        raise _bad("device.os", "string", os)
+    osv = get("osv")
+    if osv is not None and type(osv) is not str:
+        raise _bad("device.osv", "string", osv)
+    make = get("make")
+    if make is not None and type(make) is not str:
+        raise _bad("device.make", "string", make)
+    model = get("model")
+    if model is not None and type(model) is not str:
+        raise _bad("device.model", "string", model)
+    geo = get("geo")
+    if geo is not None:
+        geo = _geo(geo, "device")
+    connectiontype = get("connectiontype")
+    if connectiontype is not None and type(connectiontype) is not int:
+        raise _bad("device.connectiontype", "integer", connectiontype)
+    js = get("js")
+    if js is not None:
+        if type(js) is int and (js == 0 or js == 1):
+            js = js == 1
+        else:
+            raise _bad("device.js", "0 or 1", js)
+    language = get("language")
+    if language is not None and type(language) is not str:
+        raise _bad("device.language", "string", language)
+    has_ip = ip is not None or ipv6 is not None
     return Device(
-        ua=_opt_str(obj, "ua", "device"),
-        devicetype=_opt_int(obj, "devicetype", "device"),
-        os=_opt_str(obj, "os", "device"),
-        osv=_opt_str(obj, "osv", "device"),
-        make=_opt_str(obj, "make", "device"),
-        model=_opt_str(obj, "model", "device"),
-        has_ip=has_ip,
-        geo=_geo(obj, "device"),
-        connectiontype=_opt_int(obj, "connectiontype", "device"),
-        js=_opt_flag(obj, "js", "device"),
-        language=_opt_str(obj, "language", "device"),
-    )
+        ua, devicetype, os, osv, make, model, has_ip, geo, connectiontype, js, language
+    )  # fmt: skip
 
 
 def _user(obj: dict[str, Any]) -> User:
-    return User(
-        has_id=_opt_str(obj, "id", "user") is not None,
-        has_buyeruid=_opt_str(obj, "buyeruid", "user") is not None,
-        yob=_opt_int(obj, "yob", "user"),
-        gender=_opt_str(obj, "gender", "user"),
-        geo=_geo(obj, "user"),
-    )
+    get = obj.get
+    user_id = get("id")
+    if user_id is not None and type(user_id) is not str:
+        raise _bad("user.id", "string", user_id)
+    buyeruid = get("buyeruid")
+    if buyeruid is not None and type(buyeruid) is not str:
+        raise _bad("user.buyeruid", "string", buyeruid)
+    yob = get("yob")
+    if yob is not None and type(yob) is not int:
+        raise _bad("user.yob", "integer", yob)
+    gender = get("gender")
+    if gender is not None and type(gender) is not str:
+        raise _bad("user.gender", "string", gender)
+    geo = get("geo")
+    if geo is not None:
+        geo = _geo(geo, "user")
+    return User(user_id is not None, buyeruid is not None, yob, gender, geo)
 
 
-def _regs(root: dict[str, Any], user: dict[str, Any] | None) -> Regs:
+def _regs(regs: Any, user: dict[str, Any] | None) -> Regs:
     """Privacy signals from the 2.6 fields, falling back to the 2.5 `ext` ones."""
-    regs = _opt_obj(root, "regs", "")
-    user_ext = _opt_obj(user, "ext", "user") if user is not None else None
-    consent = _consent(user, user_ext)
+    if regs is not None and type(regs) is not dict:
+        raise _bad("regs", "object", regs)
+    consent = None
+    if user is not None:
+        user_ext = user.get("ext")
+        if user_ext is not None and type(user_ext) is not dict:
+            raise _bad("user.ext", "object", user_ext)
+        consent = user.get("consent")
+        if consent is not None:
+            if type(consent) is not str:
+                raise _bad("user.consent", "string", consent)
+        elif user_ext is not None:
+            consent = user_ext.get("consent")
+            if consent is not None and type(consent) is not str:
+                raise _bad("user.ext.consent", "string", consent)
     if regs is None:
         return _NO_REGS if consent is None else Regs(False, None, consent, None, None, ())
-    ext = _opt_obj(regs, "ext", "regs") or _EMPTY
-    gdpr = _opt_int(regs, "gdpr", "regs")
+    get = regs.get
+    ext = get("ext")
+    if ext is None:
+        ext = _EMPTY
+    elif type(ext) is not dict:
+        raise _bad("regs.ext", "object", ext)
+    gdpr = get("gdpr")
     if gdpr is None:
-        gdpr = _opt_int(ext, "gdpr", "regs.ext")
-    us_privacy = _opt_str(regs, "us_privacy", "regs")
+        gdpr = ext.get("gdpr")
+        if gdpr is not None and type(gdpr) is not int:
+            raise _bad("regs.ext.gdpr", "integer", gdpr)
+    elif type(gdpr) is not int:
+        raise _bad("regs.gdpr", "integer", gdpr)
+    us_privacy = get("us_privacy")
     if us_privacy is None:
-        us_privacy = _opt_str(ext, "us_privacy", "regs.ext")
-    gpp = _opt_str(regs, "gpp", "regs")
+        us_privacy = ext.get("us_privacy")
+        if us_privacy is not None and type(us_privacy) is not str:
+            raise _bad("regs.ext.us_privacy", "string", us_privacy)
+    elif type(us_privacy) is not str:
+        raise _bad("regs.us_privacy", "string", us_privacy)
+    gpp = get("gpp")
     if gpp is None:
-        gpp = _opt_str(ext, "gpp", "regs.ext")
-    gpp_sid = _int_list(regs, "gpp_sid", "regs") or _int_list(ext, "gpp_sid", "regs.ext.gpp_sid")
-    coppa = _opt_flag(regs, "coppa", "regs") or False
+        gpp = ext.get("gpp")
+        if gpp is not None and type(gpp) is not str:
+            raise _bad("regs.ext.gpp", "string", gpp)
+    elif type(gpp) is not str:
+        raise _bad("regs.gpp", "string", gpp)
+    gpp_sid = get("gpp_sid")
+    gpp_sid = () if gpp_sid is None else _integers(gpp_sid, "regs.gpp_sid")
+    if not gpp_sid:
+        ext_sid = ext.get("gpp_sid")
+        gpp_sid = () if ext_sid is None else _integers(ext_sid, "regs.ext.gpp_sid")
+    coppa = get("coppa")
+    if coppa is None:
+        coppa = False
+    elif type(coppa) is int and (coppa == 0 or coppa == 1):
+        coppa = coppa == 1
+    else:
+        raise _bad("regs.coppa", "0 or 1", coppa)
     return Regs(coppa, gdpr, consent, us_privacy, gpp, gpp_sid)
 
 
-def _consent(user: dict[str, Any] | None, user_ext: dict[str, Any] | None) -> str | None:
-    if user is not None:
-        consent = _opt_str(user, "consent", "user")
-        if consent is not None:
-            return consent
-    if user_ext is not None:
-        return _opt_str(user_ext, "consent", "user.ext")
-    return None
-
-
-def _has_schain(root: dict[str, Any]) -> bool:
-    source = _opt_obj(root, "source", "")
-    if source is None:
-        return False
-    if _opt_obj(source, "schain", "source") is not None:
+def _has_schain(source: Any) -> bool:
+    if type(source) is not dict:
+        raise _bad("source", "object", source)
+    schain = source.get("schain")
+    if schain is not None:
+        if type(schain) is not dict:
+            raise _bad("source.schain", "object", schain)
         return True
-    ext = _opt_obj(source, "ext", "source")
-    return ext is not None and _opt_obj(ext, "schain", "source.ext") is not None
+    ext = source.get("ext")
+    if ext is None:
+        return False
+    if type(ext) is not dict:
+        raise _bad("source.ext", "object", ext)
+    schain = ext.get("schain")
+    if schain is None:
+        return False
+    if type(schain) is not dict:
+        raise _bad("source.ext.schain", "object", schain)
+    return True
 
 
-# --- typed field access; each raises with the JSON path of the bad value ---
+def _strings(value: Any, where: str) -> tuple[str, ...]:
+    if type(value) is not list:
+        raise _bad(where, "array", value)
+    for item in value:
+        if type(item) is not str:
+            index = next(i for i, x in enumerate(value) if type(x) is not str)
+            raise _bad(f"{where}[{index}]", "string", item)
+    return tuple(value)
+
+
+def _integers(value: Any, where: str) -> tuple[int, ...]:
+    if type(value) is not list:
+        raise _bad(where, "array", value)
+    for item in value:
+        if type(item) is not int:
+            index = next(i for i, x in enumerate(value) if type(x) is not int)
+            raise _bad(f"{where}[{index}]", "integer", item)
+    return tuple(value)
+
+
+# --- errors (cold) ------------------------------------------------------------
 
 
 def _json_type(value: object) -> str:
@@ -407,88 +635,5 @@ def _json_type(value: object) -> str:
     return "null" if value is None else kind.__name__
 
 
-def _where(parent: str, key: str) -> str:
-    return f"{parent}.{key}" if parent else key
-
-
-def _type_error(parent: str, key: str, expected: str, value: object) -> InvalidBidRequest:
-    where = _where(parent, key)
+def _bad(where: str, expected: str, value: object) -> InvalidBidRequest:
     return InvalidBidRequest(f"{where}: expected {expected}, got {_json_type(value)}")
-
-
-# Each takes the JSON path of `obj` ("" for the root) and builds the field's
-# path only when reporting an error: the success path allocates nothing.
-
-
-def _req_str(obj: dict[str, Any], key: str, parent: str) -> str:
-    value = obj.get(key)
-    if type(value) is str:
-        return value
-    if value is None:
-        raise InvalidBidRequest(f"missing required field: {_where(parent, key)}")
-    raise _type_error(parent, key, "string", value)
-
-
-def _opt_str(obj: dict[str, Any], key: str, parent: str) -> str | None:
-    value = obj.get(key)
-    if value is None or type(value) is str:
-        return value
-    raise _type_error(parent, key, "string", value)
-
-
-def _opt_int(obj: dict[str, Any], key: str, parent: str) -> int | None:
-    value = obj.get(key)
-    if value is None or type(value) is int:
-        return value
-    raise _type_error(parent, key, "integer", value)
-
-
-def _opt_number(obj: dict[str, Any], key: str, parent: str) -> float | None:
-    value = obj.get(key)
-    if value is None:
-        return None
-    kind = type(value)
-    if kind is float or kind is int:
-        return float(value)
-    raise _type_error(parent, key, "number", value)
-
-
-def _opt_flag(obj: dict[str, Any], key: str, parent: str) -> bool | None:
-    """OpenRTB booleans are the integers 0 and 1."""
-    value = obj.get(key)
-    if value is None:
-        return None
-    if type(value) is int and (value == 0 or value == 1):
-        return value == 1
-    raise _type_error(parent, key, "0 or 1", value)
-
-
-def _opt_obj(obj: dict[str, Any], key: str, parent: str) -> dict[str, Any] | None:
-    value = obj.get(key)
-    if value is None or type(value) is dict:
-        return value
-    raise _type_error(parent, key, "object", value)
-
-
-def _str_list(obj: dict[str, Any], key: str, parent: str) -> tuple[str, ...]:
-    value = obj.get(key)
-    if value is None:
-        return ()
-    if type(value) is not list:
-        raise _type_error(parent, key, "array", value)
-    for i, item in enumerate(value):
-        if type(item) is not str:
-            raise _type_error(parent, f"{key}[{i}]", "string", item)
-    return tuple(value)
-
-
-def _int_list(obj: dict[str, Any], key: str, parent: str) -> tuple[int, ...]:
-    value = obj.get(key)
-    if value is None:
-        return ()
-    if type(value) is not list:
-        raise _type_error(parent, key, "array", value)
-    for i, item in enumerate(value):
-        if type(item) is not int:
-            raise _type_error(parent, f"{key}[{i}]", "integer", item)
-    return tuple(value)

@@ -43,3 +43,24 @@ def test_quick_run_reports_both_upstreams() -> None:
         assert row["p50_ms"] <= row["p99_ms"] <= row["p999_ms"]
         assert row["batches"] > 0 and 0.0 <= row["kept_share"] <= 1.0
         assert row["failed_open"] >= 0 and isinstance(row["keeping_up"], bool)
+
+
+CACHED_STUB = ("--cache", "--upstreams", "stub")
+
+
+def test_quick_run_with_cached_scores() -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "bench.rtb_throughput", "--quick", "--json", *CACHED_STUB],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    rows = json.loads(completed.stdout)["rows"]
+    assert [(row["upstream"], row["cache"]) for row in rows] == [("stub", False), ("stub", True)]
+    assert rows[0]["cache_hit_share"] == 0.0
+    assert 0.0 < rows[1]["cache_hit_share"] < 1.0  # synthetic rows repeat, but not all
+    for row in rows:
+        assert row["achieved_rps"] > 0 and row["mean_batch"] > 0
