@@ -233,11 +233,12 @@ class BidFilter:
         if cache is not None:
             tag = f"{self._spec.version}.{self._spec.fingerprint()}"
             self._cache_tag = tag if model_version is None else f"{model_version}.{tag}"
-            if getattr(scorer, "prediction_cache", None) is not None:
-                # A Gateway with a cache would also cache each whole batch body,
-                # which never repeats: rows are cached here instead.
-                invoke: Any = scorer.invoke
-                self._invoke = functools.partial(invoke, cache=False)
+        if getattr(scorer, "prediction_cache", None) is not None:
+            # A Gateway with a cache would cache each whole batch body, which
+            # never repeats (a Redis GET and SET per batch for nothing); rows
+            # are cached here instead, when this filter has a cache.
+            invoke: Any = scorer.invoke
+            self._invoke = functools.partial(invoke, cache=False)
         self._policy = policy if policy is not None else FilterPolicy()
         self._default_budget = default_budget
         self._tmax_margin = tmax_margin
