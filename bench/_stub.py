@@ -16,6 +16,8 @@ from typing import cast
 
 import httptools
 
+from gateway._process import die_with_parent
+
 BODY = b'{"score": 0.0123456789}\n'
 assert len(BODY) == 24
 RESPONSE = (
@@ -71,6 +73,7 @@ async def _serve(port_out: Connection, host: str) -> None:
 
 
 def _main(port_out: Connection, host: str) -> None:
+    die_with_parent()  # a stub outliving a killed benchmark would skew the next one
     with contextlib.suppress(ImportError):
         import uvloop
 

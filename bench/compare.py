@@ -50,6 +50,7 @@ from typing import IO, Any
 from urllib.parse import urlsplit
 
 from bench._stub import StubServer
+from gateway._process import die_with_parent
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENTS = (
@@ -527,6 +528,7 @@ def run_child(
         command,
         cwd=ROOT,
         env=_child_env(),
+        preexec_fn=die_with_parent,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

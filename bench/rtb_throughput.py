@@ -100,6 +100,9 @@ class Row:
 
 def _constant_scores_server(port_out: Any) -> None:
     """Child process: answers each text/csv POST with one "0.5" line per row."""
+    from gateway._process import die_with_parent
+
+    die_with_parent()
     import uvloop
 
     from gateway._http_server import Request, Response, start_server

@@ -47,6 +47,7 @@ import httpx
 import orjson
 
 from gateway import Gateway, errors
+from gateway._process import die_with_parent
 from gateway.emulator import Emulator, EmulatorProcess
 from gateway.sidecar import Sidecar
 
@@ -209,7 +210,8 @@ class RedisProcess:
 
     def start(self) -> None:
         self._proc = subprocess.Popen(
-            [
+            preexec_fn=die_with_parent,
+            args=[
                 *("redis-server", "--port", str(self.port), "--bind", "127.0.0.1"),
                 *("--save", "", "--appendonly", "no", "--dir", self.workdir),
             ],

@@ -6,12 +6,10 @@ import argparse
 import asyncio
 import contextlib
 import os
-import select
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import Any
 import httpx
 import orjson
 
+from gateway import _process as child_process
 from gateway._http_server import Server, ServerLimits, start_server
 from gateway.emulator._config import (
     ConfigError,
@@ -165,11 +164,13 @@ class EmulatorProcess:
             with os.fdopen(descriptor, "wb") as file:
                 file.write(orjson.dumps(data, default=_json_default))
             command += ["--config", config_file]
-        process = subprocess.Popen(command, stdout=subprocess.PIPE)
+        process = child_process.start(command)
         try:
-            url = _read_ready_line(process, timeout=20.0)
+            url = child_process.read_ready_line(
+                process, "emulator listening on ", "emulator", timeout=20.0
+            )
         except BaseException:
-            _terminate(process)
+            child_process.terminate(process)
             if config_file:
                 os.unlink(config_file)
             raise
@@ -195,7 +196,7 @@ class EmulatorProcess:
     def stop(self) -> int:
         """SIGTERM, wait (then kill); returns the exit code."""
         self._client.close()
-        code = _terminate(self.process)
+        code = child_process.terminate(self.process)
         if self._config_file:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._config_file)
@@ -207,40 +208,6 @@ class EmulatorProcess:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
-
-
-def _read_ready_line(process: subprocess.Popen[bytes], timeout: float) -> str:
-    assert process.stdout is not None
-    deadline = time.monotonic() + timeout
-    line = b""
-    while not line.endswith(b"\n"):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError("the emulator process did not become ready")
-        readable, _, _ = select.select([process.stdout], [], [], remaining)
-        if readable:
-            chunk = os.read(process.stdout.fileno(), 1024)
-            if not chunk:
-                raise RuntimeError(f"the emulator process exited ({process.wait()})")
-            line += chunk
-    text = line.decode().strip()
-    prefix = "emulator listening on "
-    if not text.startswith(prefix):
-        raise RuntimeError(f"unexpected emulator output: {text!r}")
-    return text[len(prefix) :]
-
-
-def _terminate(process: subprocess.Popen[bytes]) -> int:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-    if process.stdout is not None:
-        process.stdout.close()
-    return process.returncode
 
 
 def _json_default(value: object) -> object:

@@ -7,18 +7,17 @@ import asyncio
 import contextlib
 import logging
 import os
-import select
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from gateway import _process as child_process
 from gateway._client import Gateway
 from gateway._config import GatewayConfig
 from gateway._http_server import Server, ServerLimits, start_server
@@ -234,13 +233,11 @@ class SidecarProcess:
             with os.fdopen(descriptor, "wb") as file:
                 file.write(orjson.dumps(config))
             command += ["--config", config_file]
-        process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, env={**os.environ, **(env or {})}
-        )
+        process = child_process.start(command, env={**os.environ, **(env or {})})
         try:
-            url = _read_ready_line(process, timeout=30.0)
+            url = child_process.read_ready_line(process, _READY_PREFIX, "sidecar", timeout=30.0)
         except BaseException:
-            _terminate(process)
+            child_process.terminate(process, grace=30)
             _unlink(config_file)
             raise
         return cls(process, url, config_file)
@@ -255,7 +252,7 @@ class SidecarProcess:
 
     def stop(self) -> int:
         """SIGTERM, wait (then kill); returns the exit code."""
-        code = _terminate(self.process)
+        code = child_process.terminate(self.process, grace=30)
         _unlink(self._config_file)
         self._config_file = None
         return code
@@ -271,39 +268,6 @@ def _unlink(path: str | None) -> None:
     if path:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
-
-
-def _read_ready_line(process: subprocess.Popen[bytes], timeout: float) -> str:
-    assert process.stdout is not None
-    deadline = time.monotonic() + timeout
-    line = b""
-    while not line.endswith(b"\n"):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError("the sidecar process did not become ready")
-        readable, _, _ = select.select([process.stdout], [], [], remaining)
-        if readable:
-            chunk = os.read(process.stdout.fileno(), 1024)
-            if not chunk:
-                raise RuntimeError(f"the sidecar process exited ({process.wait()})")
-            line += chunk
-    text = line.decode().strip()
-    if not text.startswith(_READY_PREFIX):
-        raise RuntimeError(f"unexpected sidecar output: {text!r}")
-    return text[len(_READY_PREFIX) :]
-
-
-def _terminate(process: subprocess.Popen[bytes]) -> int:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-    if process.stdout is not None:
-        process.stdout.close()
-    return process.returncode
 
 
 # -- command line ---------------------------------------------------------------
