@@ -258,6 +258,7 @@ class Invoker:
             timer.cancel()
             if race.woke_caller and caller.uncancel() == 0:
                 assert race.hedge_result is not None
+                call.route.observe_superseded(started)
                 self.metrics.bump(self.metrics.hedge_wins, call.route.name)
                 return self._stamp(call, race.hedge_result)
             self._cancel_hedge(race)

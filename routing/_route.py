@@ -307,6 +307,18 @@ class Route:
             self._refresh_hedge_delay(now)
         return self._hedge_delay
 
+    def observe_superseded(self, started_at: float) -> None:
+        """A primary attempt lost to its hedge: count its elapsed time as a latency.
+
+        It would have taken at least that long, and leaving it out (as
+        CANCELLED does) hides exactly the slow tail the hedge delay must see:
+        the delay then comes out too short and ordinary requests use up the
+        hedge budget. Only the hedge window sees it, not health or balancing.
+        """
+        if self._latency is not None:
+            now = self._clock()
+            self._latency.record(max(now - started_at, _MIN_SAMPLE_S), now)
+
     def try_acquire_hedge(self) -> bool:
         """Spend a hedge token; False means "do not send this hedge".
 

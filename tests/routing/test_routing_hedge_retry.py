@@ -191,3 +191,22 @@ def test_latency_window_quantiles() -> None:
     window.record(1e-9, 41.0)  # below the lowest bucket
     window.record(1e4, 41.0)  # above the highest
     assert window.count == 2
+
+
+def test_superseded_primaries_count_toward_the_hedge_delay() -> None:
+    """A primary that lost to its hedge took at least its elapsed time; without it
+    in the window the slow tail vanishes and the delay comes out too short."""
+    clock = FakeClock()
+    route = make_route(2, clock, hedge={"enabled": True, "max_extra_load": 0.05})
+    for _ in range(900):
+        call(route, clock, 0.002)
+    for _ in range(100):  # a tenth of primaries superseded after 50 ms
+        state = route.pick()
+        assert state is not None
+        started = route.start(state)
+        clock.advance(0.050)
+        route.observe_superseded(started)
+        route.finish(state, started, Outcome.CANCELLED)
+    clock.advance(3.0)
+    delay = route.hedge_delay()
+    assert delay is not None and delay >= 0.045  # p97.5 now sits in the superseded tail
