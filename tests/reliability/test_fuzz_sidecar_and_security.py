@@ -295,14 +295,15 @@ async def test_no_secret_or_authorization_in_logs_errors_or_metrics(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     sent_authorizations: list[str] = []
-    original = SigV4Signer.authorization_presorted
+    # Every signing path ends in authorization_from_parts.
+    original = SigV4Signer.authorization_from_parts
 
     def spy(self: SigV4Signer, *args: Any, **kwargs: Any) -> str:
         authorization = original(self, *args, **kwargs)
         sent_authorizations.append(authorization)
         return authorization
 
-    monkeypatch.setattr(SigV4Signer, "authorization_presorted", spy)
+    monkeypatch.setattr(SigV4Signer, "authorization_from_parts", spy)
     async with Gateway(
         "us-east-1",
         endpoint_url=emulator.url,
