@@ -6,7 +6,7 @@
                                             |  dropped: 204 No Content at once
                                             '- kept: forwarded to the bidder, its answer relayed
 
-Starts the emulator, a toy bidder (a few lines of asyncio HTTP) and the
+Starts the emulator, a toy bidder (``gateway.rtb.bidder.ToyBidder``) and the
 sidecar with the ``[rtb]`` table of examples/gateway.toml (its bidder URL
 replaced with the toy bidder's), all on free loopback ports, then plays an
 exchange sending synthetic bid requests.
@@ -18,68 +18,20 @@ import asyncio
 import tomllib
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import httpx
-import orjson
 
 from gateway.emulator import Emulator
+from gateway.rtb.bidder import ToyBidder
 from gateway.rtb.synth import SyntheticTraffic
 from gateway.sidecar import Sidecar
 
 HERE = Path(__file__).resolve().parent
 
 
-class ToyBidder:
-    """Answers every bid request with one bid, over HTTP/1.1 keep-alive."""
-
-    def __init__(self) -> None:
-        self.requests = 0
-        self.server: asyncio.Server | None = None
-
-    async def start(self) -> str:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        port = self.server.sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}/openrtb2/bid"
-
-    async def close(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            await self.server.wait_closed()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                request = orjson.loads(await reader.readexactly(length))
-                self.requests += 1
-                body = orjson.dumps(_bid(request))
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                    b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
-                )
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-
-def _bid(request: dict[str, Any]) -> dict[str, Any]:
-    imp = request["imp"][0]
-    price = max(float(imp.get("bidfloor", 0.0)), 0.5) * 1.1
-    bid = {"id": "1", "impid": imp["id"], "price": round(price, 4), "adm": "<ad/>"}
-    return {"id": request["id"], "seatbid": [{"seat": "toy", "bid": [bid]}], "cur": "USD"}
-
-
 async def main() -> None:
     config = tomllib.loads((HERE / "gateway.toml").read_text())
-    bidder = ToyBidder()
+    bidder = ToyBidder(path="/openrtb2/bid", keep_requests=False)
     bidder_url = await bidder.start()
     async with Emulator(HERE / "emulator.toml") as emulator:
         config["endpoint_url"] = emulator.url

@@ -48,6 +48,7 @@ from gateway import Gateway
 from gateway.compat import SageMakerRuntimeClient, get_session
 from gateway.emulator import Emulator, EmulatorConfig, EmulatorProcess
 from gateway.rtb import BidFilter, FilterPolicy, load_bundled_spec, parse_bid_request
+from gateway.rtb.bidder import ToyBidder
 from gateway.rtb.synth import SyntheticBidRequest, SyntheticTraffic
 from gateway.sidecar import Sidecar
 
@@ -126,48 +127,6 @@ class _ProxyLane:
     latencies: list[float] = field(default_factory=list)
     statuses: Counter[int] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
-
-
-class _ToyBidder:
-    """An ad server that bids on everything it is sent (HTTP/1.1 keep-alive)."""
-
-    def __init__(self) -> None:
-        self.requests = 0
-        self._server: asyncio.Server | None = None
-
-    async def start(self) -> str:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        port = self._server.sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}/bid"
-
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        answer = (
-            b'{"id":"1","seatbid":[{"seat":"demo","bid":[{"id":"1","impid":"1","price":1.5}]}]}'
-        )
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                await reader.readexactly(length)
-                self.requests += 1
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                    b"Content-Length: %d\r\n\r\n%s" % (len(answer), answer)
-                )
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
 
 
 def _percentile(ordered: Sequence[float], share: float) -> float:
@@ -353,7 +312,7 @@ async def _run_with(
     pool: list[SyntheticBidRequest],
     emulator: EmulatorProcess,
 ) -> int:
-    bidder = _ToyBidder()
+    bidder = ToyBidder(keep_requests=False)
     bidder_url = await bidder.start()
     try:
         await _replay(args, duration, pool, emulator, bidder, bidder_url)
@@ -367,7 +326,7 @@ async def _replay(
     duration: float,
     pool: list[SyntheticBidRequest],
     emulator: EmulatorProcess,
-    bidder: _ToyBidder,
+    bidder: ToyBidder,
     bidder_url: str,
 ) -> None:
     gateway = _build_gateway(emulator.url, args.redis, bidder_url, args.threshold)
@@ -552,7 +511,7 @@ def _summary(
     print(f"  retries:           {retries:,} (upstream errors: {dict(errors) or 'none'})")
 
 
-def _proxy_summary(proxy: _ProxyLane, bidder: _ToyBidder) -> None:
+def _proxy_summary(proxy: _ProxyLane, bidder: ToyBidder) -> None:
     total = sum(proxy.statuses.values())
     ordered = sorted(proxy.latencies)
     print("RTB proxy (exchange -> sidecar POST /openrtb2/auction -> toy bidder)")

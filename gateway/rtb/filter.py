@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from cache import Entry
+from cache import Entry, PredictionCacheProtocol
 from gateway.rtb._batcher import Batch, BatchCounters, MicroBatcher
 from gateway.rtb.features import FeatureSpec, load_bundled_spec
 from gateway.rtb.request import BidRequest, parse_bid_request
@@ -77,25 +77,8 @@ class Scorer(Protocol):
     ) -> Any: ...
 
 
-class ScoreCache(Protocol):
-    """What BidFilter needs from a prediction cache (`cache.PredictionCache` has it)."""
-
-    def key_for(
-        self,
-        route: str,
-        model: str | None,
-        variant: str | None,
-        content_type: str | None,
-        accept: str | None,
-        version_tag: str | None,
-        body: bytes | bytearray | memoryview,
-    ) -> str: ...
-
-    def peek_near(self, key: str) -> Entry | None: ...
-
-    async def get_many(self, keys: Sequence[str]) -> list[Entry | None]: ...
-
-    def put(self, key: str, entry: Entry, ttl_s: float | None = None) -> Entry: ...
+# What BidFilter needs from a prediction cache: the cache package's own interface.
+ScoreCache = PredictionCacheProtocol
 
 
 class Reason(enum.Enum):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import socket
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -17,9 +16,10 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway._http_server import Request, Response, Server, start_server
+from gateway._http_server import Server, start_server
 from gateway.emulator import Emulator, EmulatorConfig
 from gateway.errors import ConfigError
+from gateway.rtb.bidder import ToyBidder
 from gateway.rtb.synth import sample_bodies
 from gateway.sidecar import RtbConfig, Sidecar
 
@@ -27,22 +27,6 @@ PATH = "/openrtb2/auction"
 BODY = sample_bodies(1, seed=3)[0]
 KEEP = {"x-bid-filter-route": "keep-all", "x-openrtb-version": "2.6"}
 DROP = {"x-bid-filter-route": "drop-all"}
-
-
-@dataclass
-class ToyBidder:
-    """Bids on every request; remembers what it received."""
-
-    status: int = 200
-    received: list[Request] = field(default_factory=list)
-
-    async def handle(self, request: Request) -> Response:
-        self.received.append(request)
-        if self.status != 200:
-            return Response(self.status)
-        bid_id = orjson.loads(request.body)["id"]
-        answer = {"id": bid_id, "seatbid": [{"bid": [{"id": "1", "impid": "1", "price": 1.5}]}]}
-        return Response(200, [("Content-Type", "application/json")], orjson.dumps(answer))
 
 
 @pytest.fixture
