@@ -186,7 +186,6 @@ async def test_container_model_forwarding(emulator: Emulator) -> None:
 
 
 async def test_xgboost_bid_filter(boto_client: ClientFactory) -> None:
-    pytest.importorskip("gateway.rtb.xgb")
     config = EmulatorConfig.default(seed=1)
     async with Emulator(config) as emu:
         client = boto_client(emu.url)
