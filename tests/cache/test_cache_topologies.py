@@ -32,8 +32,11 @@ async def test_sentinel_round_trip(make_cache: MakeCache, redis_sentinel: RedisS
 async def test_cluster_round_trip_and_get_many_across_slots(
     make_cache: MakeCache, redis_cluster: RedisCluster3
 ) -> None:
-    writer = await make_cache(cluster=redis_cluster.seeds)
-    reader = await make_cache(cluster=redis_cluster.seeds)
+    # A generous timeout: this is about cluster round trips, and a cold cluster
+    # client's first command (topology discovery) can outlast the 50 ms default.
+    cluster = {"cluster": redis_cluster.seeds, "redis_socket_timeout_ms": 2000}
+    writer = await make_cache(**cluster)
+    reader = await make_cache(**cluster)
     keys = [writer.key_for("r", "m", None, "t", None, None, str(i).encode()) for i in range(40)]
     for i, key in enumerate(keys):
         writer.put(key, Entry(str(i).encode(), "text/plain"))
@@ -53,6 +56,6 @@ async def test_cluster_round_trip_and_get_many_across_slots(
 
     got, source = await reader.get_or_load(keys[7], CountingLoader())
     assert source is CacheSource.NEAR and got.body == b"7"
-    other = await make_cache(cluster=redis_cluster.seeds)
+    other = await make_cache(**cluster)
     got, source = await other.get_or_load(keys[8], CountingLoader())
     assert (got.body, source) == (b"8", CacheSource.REDIS)
