@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import boto3
 import pytest
-from botocore.config import Config
 
 from gateway.emulator import Emulator, EmulatorConfig
+from tests._boto import ClientFactory, boto_clients
 
 ACCESS_KEY = "AKIDEMULATORTEST"
 SECRET_KEY = "emulator-test-secret"
@@ -32,8 +31,6 @@ BASE_CONFIG: dict[str, Any] = {
     },
 }
 
-ClientFactory = Callable[..., Any]
-
 
 @pytest.fixture
 async def emulator() -> AsyncIterator[Emulator]:
@@ -44,23 +41,7 @@ async def emulator() -> AsyncIterator[Emulator]:
 @pytest.fixture
 def boto_client() -> Iterator[ClientFactory]:
     """``boto_client(url, secret=..., access_key=...)``; every client is closed afterwards."""
-    clients: list[Any] = []
-
-    def make(url: str, *, access_key: str = ACCESS_KEY, secret: str = SECRET_KEY) -> Any:
-        client = boto3.client(
-            "sagemaker-runtime",
-            region_name="us-east-1",
-            endpoint_url=url,
-            aws_access_key_id=access_key,
-            aws_secret_access_key=secret,
-            config=Config(retries={"max_attempts": 0}, read_timeout=10, connect_timeout=5),
-        )
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        client.close()
+    yield from boto_clients(ACCESS_KEY, SECRET_KEY)
 
 
 def signed_headers(url: str, path: str, body: bytes, **extra: str) -> dict[str, str]:

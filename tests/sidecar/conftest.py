@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import boto3
 import pytest
-from botocore.config import Config
 
 from gateway import Gateway
 from gateway.emulator import Emulator, EmulatorConfig
 from gateway.sidecar import Sidecar
+from tests._boto import ClientFactory, boto_clients
 
 EMULATOR_CONFIG: dict[str, Any] = {
     "seed": 5,
@@ -27,8 +26,6 @@ EMULATOR_CONFIG: dict[str, Any] = {
         "b": {},
     },
 }
-
-ClientFactory = Callable[..., Any]
 
 
 @pytest.fixture(autouse=True)
@@ -66,20 +63,4 @@ async def sidecar(gateway: Gateway) -> AsyncIterator[Sidecar]:
 @pytest.fixture
 def boto_client() -> Iterator[ClientFactory]:
     """``boto_client(url)``: fake credentials, retries off; closed afterwards."""
-    clients: list[Any] = []
-
-    def make(url: str, *, access_key: str = "AKIDCLIENT", secret: str = "client-secret") -> Any:
-        client = boto3.client(
-            "sagemaker-runtime",
-            region_name="us-east-1",
-            endpoint_url=url,
-            aws_access_key_id=access_key,
-            aws_secret_access_key=secret,
-            config=Config(retries={"max_attempts": 0}, read_timeout=10, connect_timeout=5),
-        )
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        client.close()
+    yield from boto_clients("AKIDCLIENT", "client-secret")
