@@ -26,7 +26,7 @@ from gateway._credentials import CredentialSource, botocore_fetcher
 from gateway._eventstream import EventStreamDecoder, Message
 from gateway._httpx_transport import HttpxTransport
 from gateway._metrics import GatewayMetrics
-from gateway._pipeline import CallSpec, Invoker, TargetPlan
+from gateway._pipeline import CallSpec, Invoker, TargetPlan, outcome_of
 from gateway._signing import Credentials, SigV4Signer
 from gateway._transport import NativeTransport, Transport
 from gateway._wire import (
@@ -44,6 +44,7 @@ from gateway._wire import (
     decode_error,
 )
 from routing import (
+    Outcome,
     Route,
     RouteConfig,
     RouteConfigError,
@@ -686,9 +687,6 @@ class Gateway:
         started: float,
         error: BaseException | None,
     ) -> None:
-        from gateway._pipeline import outcome_of
-        from routing import Outcome
-
         if error is None:
             route.finish(state, started, Outcome.SUCCESS)
             plan.metrics.record_success(time.monotonic() - started)

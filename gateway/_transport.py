@@ -33,7 +33,6 @@ from gateway._wire import (
     PreparedRequest,
     RawHeaders,
     RawResponse,
-    encode_head,
     encode_head_lines,
     headers_from_raw,
 )
@@ -779,7 +778,7 @@ class NativeTransport:
         if reused:
             self.stats.reused += 1
         body = request.body
-        head = encode_head(request.path, request.final_headers(), len(body))
+        head = encode_head_lines(request.path, request.head(), len(body))
         stream = connection.send_streaming(head + body, reused)
         # Armed until the body is complete: the deadline covers the whole stream.
         stream.timer = self._arm_timer(connection, deadline, stream)

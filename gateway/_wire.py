@@ -7,7 +7,7 @@ the bytes; this module knows what they mean.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import orjson
@@ -194,7 +194,7 @@ def _join_parts(headers: list[tuple[str, str]]) -> _HeaderParts:
     return (
         ";".join([name for name, _ in headers]),
         "\n".join([f"{name}:{value}" for name, value in headers]),
-        "".join([f"{name}: {value}\r\n" for name, value in headers]),
+        header_lines(headers),
     )
 
 
@@ -252,7 +252,7 @@ class PreparedRequest:
         lines = self._lines
         if lines is None:
             if self.signer is None:
-                lines = "".join([f"{name}: {value}\r\n" for name, value in self.headers])
+                lines = header_lines(self.headers)
             else:
                 if not self.payload_hash:
                     self.payload_hash = payload_sha256(self.body)
@@ -285,12 +285,13 @@ def encode_head_lines(path: str, lines: str, body_length: int) -> bytes:
     ).encode("latin-1")
 
 
+def header_lines(headers: Sequence[tuple[str, str]]) -> str:
+    """``name: value`` lines of an HTTP head, each ending in CRLF."""
+    return "".join([f"{name}: {value}\r\n" for name, value in headers])
+
+
 def encode_head(path: str, headers: list[tuple[str, str]], body_length: int) -> bytes:
-    lines = "".join([f"{name}: {value}\r\n" for name, value in headers])
-    return (
-        f"POST {path} HTTP/1.1\r\n{lines}user-agent: {USER_AGENT}\r\n"
-        f"content-length: {body_length}\r\n\r\n"
-    ).encode("latin-1")
+    return encode_head_lines(path, header_lines(headers), body_length)
 
 
 RawHeaders = list[tuple[bytes, bytes]]
