@@ -4,6 +4,7 @@
     python -m bench.rtb_throughput --quick --json   # CI smoke run
     python -m bench.rtb_throughput --profile 20000  # cProfile of the filter side
     python -m bench.rtb_throughput --cache          # also with cached scores (near tier)
+    python -m bench.rtb_throughput --gc default     # CPython's GC as it comes, not frozen
 
 The filter runs here, on one event loop (one core at most). Synthetic bid
 requests arrive open-loop at a steady offered rate (submitted each ~1 ms
@@ -26,6 +27,15 @@ window continues the stream after the warm-up, and the hit share is
 reported. A long-running process has seen more of the traffic, so its hit
 share is higher than here.
 
+``--gc frozen`` (the default) runs ``gateway.tune_gc()`` once per rate,
+after the filter and gateway are built and before the warm-up:
+``gc.collect()`` + ``gc.freeze()``, as the README tells embedders to do
+after start-up, so that full collections no longer walk the bodies, the
+model spec and every module; it is undone (``gc.unfreeze()``) after the
+rate. ``--gc default`` leaves the collector as CPython starts it: its full
+passes show up as stalls of tens of ms in the p99 at high rates. The mode
+is in the report's plan and in the table's first line.
+
 CPU use is read per process (getrusage here, /proc for the child) over the
 measured window. On a 2-core machine both processes share the cores with
 whatever else runs, so compare ratios and CPU per request, not absolutes.
@@ -37,6 +47,7 @@ import argparse
 import asyncio
 import cProfile
 import functools
+import gc
 import io
 import json
 import multiprocessing
@@ -51,13 +62,18 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from cache import CacheConfig, PredictionCache
-from gateway import Gateway
+from gateway import Gateway, tune_gc
 from gateway.emulator import Emulator
 from gateway.rtb import BidFilter, Decision, FilterPolicy, load_bundled_spec, parse_bid_request
 from gateway.rtb.synth import sample_bodies
 
 NOW = 1_717_597_800.0
 TICK_S = 0.001
+GC_MODES = ("default", "frozen")
+_GC_NOTES = {
+    "default": "default (CPython's collector as it starts)",
+    "frozen": "frozen (gateway.tune_gc(): gc.collect() + gc.freeze() before each rate)",
+}
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -72,6 +88,7 @@ class Plan:
     max_wait_ms: float
     threshold: float
     cache: tuple[bool, ...] = (False,)
+    gc: str = "frozen"  # one of GC_MODES
 
 
 @dataclass
@@ -93,6 +110,7 @@ class Row:
     kept_share: float
     cache_hit_share: float
     keeping_up: bool
+    gc_frozen_objects: int = 0  # what tune_gc() froze before this rate (--gc frozen)
 
 
 # -- upstreams (child processes) ---------------------------------------------------
@@ -235,6 +253,11 @@ async def measure(
             gw, "bid-filter", policy=policy, max_batch=plan.max_batch,
             max_wait=plan.max_wait_ms / 1000, cache=score_cache,
         )  # fmt: skip
+        # Frozen once everything long-lived exists, as an embedding application
+        # would after its start-up; undone after the rate, so that each rate
+        # starts from the same collector state.
+        freeze = plan.gc == "frozen"
+        frozen = tune_gc().frozen_objects if freeze else 0
         try:
             await offer(bid_filter, bodies, rate, plan.warmup_s)
             before = bid_filter.stats
@@ -246,7 +269,11 @@ async def measure(
             after = bid_filter.stats
         finally:
             await bid_filter.aclose()
-    return _row(kind, cached, rate, plan, recorder, (wall, cpu, child_cpu), before, after)
+            if freeze:
+                gc.unfreeze()
+    row = _row(kind, cached, rate, plan, recorder, (wall, cpu, child_cpu), before, after)
+    row.gc_frozen_objects = frozen
+    return row
 
 
 def _row(
@@ -357,7 +384,8 @@ def render(report: dict[str, Any]) -> str:
         ("cache_hit_share", "cache hit", "{:.2f}"),
         ("keeping_up", "keeps up", "{}"),
     )
-    lines = [" | ".join(title for _, title, _ in columns)]
+    lines = [f"gc: {_GC_NOTES[report['plan'].get('gc', 'default')]}"]
+    lines.append(" | ".join(title for _, title, _ in columns))
     lines.append(" | ".join("-" * len(title) for _, title, _ in columns))
     for row in report["rows"]:
         row = {**row, "upstream": row["upstream"] + ("+cache" if row["cache"] else "")}
@@ -382,6 +410,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="measure each upstream without and with a near-tier score cache, on a stream",
     )
+    parser.add_argument(
+        "--gc",
+        choices=GC_MODES,
+        default="frozen",
+        help="frozen: gateway.tune_gc() before each rate's warm-up (default); "
+        "default: CPython's collector untouched",
+    )
     parser.add_argument("--quick", action="store_true", help="one low rate, short windows (CI)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--profile", type=int, metavar="RATE", help="cProfile at RATE (stub)")
@@ -401,6 +436,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_wait_ms=args.max_wait_ms,
         threshold=args.threshold,
         cache=(False, True) if args.cache else (False,),
+        gc=args.gc,
     )
     import uvloop
 

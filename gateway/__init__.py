@@ -1,11 +1,14 @@
 """A low-latency client gateway for Amazon SageMaker Runtime.
 
 ``Gateway`` is the async client; ``gateway.errors`` holds the error tree.
+``tune_gc()``, called once by the application after start-up, keeps the
+garbage collector's full passes out of the tail latency.
 """
 
 from gateway import errors
 from gateway._client import Gateway, InvokeStream
 from gateway._config import GatewayConfig, PoolConfig
+from gateway._gc import GcTuning, tune_gc
 from gateway._signing import Credentials
 from gateway._wire import MAX_PAYLOAD_BYTES, AsyncInvocation, InvokeResult
 from gateway.errors import (
@@ -26,6 +29,7 @@ __all__ = [
     "Gateway",
     "GatewayConfig",
     "GatewayError",
+    "GcTuning",
     "InvokeResult",
     "InvokeStream",
     "ModelError",
@@ -35,4 +39,5 @@ __all__ = [
     "ServiceError",
     "ValidationError",
     "errors",
+    "tune_gc",
 ]

@@ -31,10 +31,10 @@ from gateway import errors
 from gateway._wire import (
     Origin,
     PreparedRequest,
-    RawHeaders,
     RawResponse,
     encode_head_lines,
     headers_from_raw,
+    split_head,
 )
 
 __all__ = [
@@ -131,16 +131,17 @@ class _Connection(asyncio.Protocol):
         self._waiter: asyncio.Future[RawResponse] | None = None
         self._stream: _NativeStream | None = None
         self._status = 0
-        self._headers: RawHeaders = []
-        self._has_length = False  # Content-Length or chunked framing seen
+        # Bytes received while a response head is incomplete, and where the
+        # current head starts in them (after any interim 1xx heads).
+        self._head_chunks: list[bytes] = []
         self._head_bytes = 0
+        self._head_start = 0
+        self._head = b""  # the current response's head, undecoded
         self._body: list[bytes] = []
         self._body_size = 0
         self._got_bytes = False
         self._headers_done = False
         self._keep_alive = True
-        # No Content-Length and not chunked: the body ends when the server closes.
-        self._close_delimited = False
         # The request in flight went out on a socket taken from the idle stack.
         self._reused = False
         self.closed = False
@@ -166,8 +167,15 @@ class _Connection(asyncio.Protocol):
             self.close()
             return
         self._got_bytes = True
+        if not self._headers_done:
+            # The head is kept raw and split into headers only if someone reads
+            # them: no parser callback per header.
+            self._head_chunks.append(data)
+            self._head_bytes += len(data)
         try:
             self._parser.feed_data(data)
+            if not self._headers_done and self._head_bytes > MAX_HEAD_BYTES:
+                self._fail(errors.ProtocolError("response head exceeds the header limits"))
         except httptools.HttpParserUpgrade:
             self._fail(errors.ProtocolError("unexpected protocol upgrade"))
         except httptools.HttpParserError as exc:
@@ -193,7 +201,7 @@ class _Connection(asyncio.Protocol):
         """A response delimited by the close itself is complete now; True if not."""
         if self._waiter is None and self._stream is None:
             return True
-        if not self._close_delimited:
+        if not self._close_delimited():
             # Content-Length or chunked framing cut short: a truncated body.
             self._fail(errors.ReadError("connection closed in the middle of the response body"))
             return False
@@ -205,29 +213,29 @@ class _Connection(asyncio.Protocol):
 
     # httptools callbacks
 
-    def on_header(self, name: bytes, value: bytes) -> None:
-        # Kept raw: decoding happens only for headers someone reads.
-        headers = self._headers
-        headers.append((name, value))
-        self._head_bytes += len(name) + len(value)
-        if self._head_bytes > MAX_HEAD_BYTES or len(headers) > MAX_HEADERS:
+    def on_headers_complete(self) -> None:
+        chunks = self._head_chunks
+        received = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        start = self._head_start
+        end = received.find(b"\r\n\r\n", start)
+        if end < 0:  # a server ending lines with bare LF
+            end = received.find(b"\n\n", start)
+        head = self._head = received[start:end]
+        if end - start > MAX_HEAD_BYTES or head.count(b"\n") > MAX_HEADERS:
             # A broken or hostile server must not make us buffer without bound.
             self._fail(errors.ProtocolError("response head exceeds the header limits"))
             raise _HeadTooLarge
-        if len(name) in (14, 17):  # len("content-length"), len("transfer-encoding")
-            lowered = name.lower()
-            if lowered == b"content-length" or (
-                lowered == b"transfer-encoding" and b"chunked" in value.lower()
-            ):
-                self._has_length = True
-
-    def on_headers_complete(self) -> None:
-        self._status = self._parser.get_status_code()
+        self._status = status = self._parser.get_status_code()
         self._keep_alive = self._parser.should_keep_alive()
         self._headers_done = True
-        self._close_delimited = not self._has_length and self._status not in (204, 304)
-        if self._stream is not None and self._status >= 200:
-            self._stream.headers_ready(self._status, headers_from_raw(self._headers))
+        if status < 200:
+            # An interim head: the real one follows it in the same bytes.
+            self._head_start = end + (4 if received[end] == 13 else 2)  # CRLF CRLF or LF LF
+            self._head_chunks = [received]
+        else:
+            self._head_chunks = []
+        if self._stream is not None and status >= 200:
+            self._stream.headers_ready(status, headers_from_raw(head))
 
     def on_body(self, body: bytes) -> None:
         self._body_size += len(body)
@@ -248,7 +256,7 @@ class _Connection(asyncio.Protocol):
         waiter, stream = self._waiter, self._stream
         body = self._body
         response = RawResponse(
-            self._status, None, body[0] if len(body) == 1 else b"".join(body), self._headers
+            self._status, None, body[0] if len(body) == 1 else b"".join(body), self._head
         )
         keep = self._keep_alive and not self.closed
         self._reset_message()
@@ -270,17 +278,15 @@ class _Connection(asyncio.Protocol):
 
     def send(self, data: bytes, reused: bool) -> asyncio.Future[RawResponse]:
         assert self._transport is not None
-        self._waiter = self._loop.create_future()
-        self._got_bytes = False
-        self._reused = reused
+        waiter = self._waiter = self._loop.create_future()
+        self._start_message(reused)
         self._transport.write(data)
-        return self._waiter
+        return waiter
 
     def send_streaming(self, data: bytes, reused: bool) -> _NativeStream:
         assert self._transport is not None
         self._stream = _NativeStream(self)
-        self._got_bytes = False
-        self._reused = reused
+        self._start_message(reused)
         self._transport.write(data)
         return self._stream
 
@@ -341,11 +347,28 @@ class _Connection(asyncio.Protocol):
             stream.fail(error)
         self.close()
 
+    def _close_delimited(self) -> bool:
+        """No Content-Length and not chunked: the body ends when the server closes."""
+        if self._status in (204, 304):
+            return False
+        for name, value in split_head(self._head):
+            lowered = name.lower()
+            if lowered == b"content-length" or (
+                lowered == b"transfer-encoding" and b"chunked" in value.lower()
+            ):
+                return False
+        return True
+
+    def _start_message(self, reused: bool) -> None:
+        self._got_bytes = False
+        self._reused = reused
+        self._head_chunks = []
+        self._head_bytes = 0
+        self._head_start = 0
+        self._head = b""
+
     def _reset_message(self) -> None:
         self._status = 0
-        self._headers = []
-        self._has_length = False
-        self._head_bytes = 0
         self._body = []
         self._body_size = 0
         self._headers_done = False
@@ -434,6 +457,58 @@ class _NativeStream:
             self._connection.close()
 
 
+# -- request deadlines --------------------------------------------------------
+
+# Deadlines are grouped into slots of this many seconds; uvloop's own timers
+# have a 1 ms resolution, so a request times out no later than it would with
+# a timer of its own.
+_SLOT_S = 0.001
+
+# What a slot holds per request in flight: the waiter (its owner) ->
+# (its connection, whether the call's deadline or the read timeout is the bound).
+_Slot = dict[object, tuple["_Connection", bool]]
+
+
+class _DeadlineWheel:
+    """Every in-flight request's timeout, with one loop timer per 1 ms slot.
+
+    A timer per request (``call_later`` then ``cancel``) costs about 2 us in
+    uvloop, a tenth of a whole call; a slot entry costs a dict insert and a
+    pop. Entries are removed when their request ends, so a slot that fires
+    finds only the requests that truly ran out of time.
+    """
+
+    __slots__ = ("_loop", "_read_timeout", "_slots")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, read_timeout: float) -> None:
+        self._loop = loop
+        self._read_timeout = read_timeout
+        self._slots: dict[int, _Slot] = {}
+
+    def arm(self, connection: _Connection, owner: object, deadline: float) -> _Slot:
+        """Time ``owner`` out at ``deadline`` (time.monotonic); pop it from the slot when done."""
+        delay = deadline - time.monotonic()
+        deadline_bound = delay <= self._read_timeout
+        if not deadline_bound:
+            delay = self._read_timeout
+        # The loop's clock, not time.monotonic's: uvloop keeps its own.
+        key = -int(-(self._loop.time() + delay) // _SLOT_S)  # rounded up: never early
+        slot = self._slots.get(key)
+        if slot is None:
+            slot = self._slots[key] = {}
+            self._loop.call_at(key * _SLOT_S, self._expire, key)
+        slot[owner] = (connection, deadline_bound)
+        return slot
+
+    def _expire(self, key: int) -> None:
+        slot = self._slots.pop(key, None)
+        if not slot:
+            return
+        read_timeout = self._read_timeout
+        for owner, (connection, deadline_bound) in list(slot.items()):
+            connection.timed_out(owner, deadline_bound, read_timeout)
+
+
 # -- the pool of one origin --------------------------------------------------
 
 
@@ -456,6 +531,7 @@ class _OriginPool:
         self._waiters: deque[asyncio.Future[_Connection | None]] = deque()
         self._addresses: list[tuple[str, int]] = []
         self._reaper: asyncio.TimerHandle | None = None
+        self.deadlines = _DeadlineWheel(self.loop, options.read_timeout)
         self._closed = False
 
     # connections
@@ -726,7 +802,7 @@ class NativeTransport:
             else:
                 waiter = connection.send(head, reused)
                 connection.write(body)
-            timer = self._arm_timer(connection, deadline, waiter)
+            slot = pool.deadlines.arm(connection, waiter, deadline)
             try:
                 return await waiter
             except errors.StaleConnection:
@@ -736,7 +812,7 @@ class NativeTransport:
                 connection.abandon(waiter, self.options.read_timeout)
                 raise
             finally:
-                timer.cancel()
+                slot.pop(waiter, None)
             # The one silent retry: the socket died while idle, the request never landed.
             stats.stale_retries += 1
             connection = await pool._connect_within(deadline, time.monotonic())

@@ -295,29 +295,58 @@ def encode_head(path: str, headers: list[tuple[str, str]], body_length: int) -> 
 
 
 RawHeaders = list[tuple[bytes, bytes]]
+# Header pairs as parsed, or a response head still undecoded: the status line
+# and header lines exactly as received, without the blank line that ends them.
+RawHead = RawHeaders | bytes
+
+
+def split_head(head: bytes) -> RawHeaders:
+    """The (name, value) pairs of a raw response head; values stripped.
+
+    The head was already accepted by httptools, so this only splits it. An
+    obs-fold continuation line joins the previous value with one space.
+    """
+    pairs: RawHeaders = []
+    for line in head.split(b"\n")[1:]:
+        line = line.rstrip(b"\r")
+        if line[:1] in (b" ", b"\t") and pairs:
+            name, value = pairs[-1]
+            pairs[-1] = (name, value + b" " + line.strip())
+            continue
+        name, _, value = line.partition(b":")
+        pairs.append((name, value.strip()))
+    return pairs
+
+
+def pairs_of(raw: RawHead) -> RawHeaders:
+    return split_head(raw) if isinstance(raw, bytes) else raw
 
 
 class RawResponse:
     """A complete HTTP response.
 
-    The native transport hands over the header pairs exactly as httptools
-    reported them; the lower-cased ``headers`` dict is built only if someone
-    asks (error decoding does, the success path does not).
+    The native transport hands over the response head undecoded (``raw``);
+    the header pairs and the lower-cased ``headers`` dict are built only if
+    someone asks (error decoding does, the success path does not).
     """
 
-    __slots__ = ("_headers", "body", "raw_headers", "status")
+    __slots__ = ("_headers", "body", "raw", "status")
 
     def __init__(
         self,
         status: int,
         headers: dict[str, str] | None,
         body: bytes,
-        raw_headers: RawHeaders | None = None,
+        raw: RawHead | None = None,
     ) -> None:
         self.status = status
         self._headers = headers
         self.body = body
-        self.raw_headers = raw_headers
+        self.raw = raw
+
+    @property
+    def raw_headers(self) -> RawHeaders | None:
+        return None if self.raw is None else pairs_of(self.raw)
 
     @property
     def headers(self) -> dict[str, str]:
@@ -330,9 +359,9 @@ class RawResponse:
         return f"RawResponse(status={self.status}, body={self.body[:64]!r})"
 
 
-def headers_from_raw(raw: RawHeaders) -> dict[str, str]:
+def headers_from_raw(raw: RawHead) -> dict[str, str]:
     headers: dict[str, str] = {}
-    for name, value in raw:
+    for name, value in pairs_of(raw):
         key = name.decode("latin-1").lower()
         text = value.decode("latin-1")
         previous = headers.get(key)
@@ -377,7 +406,7 @@ class InvokeResult:
         hedged: bool = False,
         attempts: int = 1,
         cache: str | None = None,
-        raw_headers: RawHeaders | None = None,
+        raw_headers: RawHead | None = None,
     ) -> None:
         self.body = body
         self.target = target  # the SageMaker endpoint that answered
@@ -421,7 +450,7 @@ class InvokeResult:
         fields = self._fields
         if fields is None:
             fields = self._fields = {}
-            for raw_name, raw_value in self._raw or ():
+            for raw_name, raw_value in pairs_of(self._raw or []):
                 field_name = _RESULT_FIELDS.get(raw_name.lower())
                 if field_name is not None:
                     fields[field_name] = raw_value.decode("latin-1")
@@ -480,7 +509,7 @@ class InvokeResult:
 
 
 def result_from_response(response: RawResponse, target: str | None) -> InvokeResult:
-    raw = response.raw_headers
+    raw = response.raw
     if raw is not None:
         # The hot path: no keyword processing, headers decoded only if read.
         result = InvokeResult.__new__(InvokeResult)

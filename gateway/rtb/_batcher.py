@@ -3,7 +3,9 @@
 A batch is sent when it is full, when the oldest row has waited `max_wait`,
 or as soon as some row's deadline is closer than one expected call
 (`call_time`): a deadline-near row flushes the batch early rather than
-waiting for company. Nobody waits past their deadline, whatever the scorer
+waiting for company. "As soon as" means at the end of the current loop
+turn, so rows that arrive together (one burst, one read of many requests)
+share the call even with `max_wait=0`. Nobody waits past their deadline, whatever the scorer
 does: an expired row resolves as a failure (the filter keeps it) and a late
 answer is ignored.
 
@@ -115,7 +117,7 @@ class MicroBatcher(Generic[Result]):
         self._counters = counters
         self._pending: list[_Pending[Result]] = []
         self._flush_at = 0.0
-        self._flush_timer: asyncio.TimerHandle | None = None
+        self._flush_timer: asyncio.Handle | None = None
         self._in_flight: set[asyncio.Task[None]] = set()
 
     @property
@@ -147,10 +149,10 @@ class MicroBatcher(Generic[Result]):
             flush_at = min(flush_at, now + self._max_wait)
         elif flush_at >= self._flush_at:
             return future  # the batch is already due earlier
-        if flush_at <= now:
-            self._flush()
-        else:
-            self._schedule_flush(loop, flush_at)
+        # Due already (no wait allowed, or a deadline this near): still at the
+        # end of this loop turn, not now, so the rows that arrive in the same
+        # turn (one read of many requests, one burst) share the call.
+        self._schedule_flush(loop, flush_at, now)
         return future
 
     async def aclose(self) -> None:
@@ -162,10 +164,14 @@ class MicroBatcher(Generic[Result]):
             task.cancel()
         await asyncio.gather(*self._in_flight, return_exceptions=True)
 
-    def _schedule_flush(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+    def _schedule_flush(self, loop: asyncio.AbstractEventLoop, when: float, now: float) -> None:
         self._cancel_flush_timer()
-        self._flush_at = when
-        self._flush_timer = loop.call_at(when, self._flush)
+        if when <= now:
+            self._flush_at = now
+            self._flush_timer = loop.call_soon(self._flush)
+        else:
+            self._flush_at = when
+            self._flush_timer = loop.call_at(when, self._flush)
 
     def _cancel_flush_timer(self) -> None:
         if self._flush_timer is not None:

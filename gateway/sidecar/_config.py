@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway._config import number_setting
+from gateway._gc import check_thresholds
 from gateway.errors import ConfigError
 
 __all__ = ["AuthSettings", "SidecarConfig", "is_loopback", "parse_listen"]
@@ -75,6 +76,11 @@ class SidecarConfig:
     # None: the Gateway's own default.
     default_timeout_ms: float | None = None
     auth: AuthSettings = field(default_factory=AuthSettings)
+    # The command (a process of its own) runs gateway.tune_gc() once started:
+    # gc.collect() + gc.freeze(), and gc.set_threshold(*gc_thresholds) if set.
+    # An in-process ``Sidecar`` never touches its host's GC.
+    gc_freeze: bool = True
+    gc_thresholds: tuple[int, int, int] | None = None
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any], section: str = "sidecar") -> SidecarConfig:
@@ -90,6 +96,8 @@ class SidecarConfig:
             "max_body_bytes",
             "default_timeout_ms",
             "auth",
+            "gc_freeze",
+            "gc_thresholds",
         }
         _reject_unknown(section, mapping, allowed)
         values: dict[str, Any] = {}
@@ -113,6 +121,18 @@ class SidecarConfig:
             if not isinstance(auth, Mapping):
                 raise ConfigError(f"{section}.auth: must be a table")
             values["auth"] = AuthSettings.from_mapping(auth, f"{section}.auth")
+        if "gc_freeze" in mapping:
+            if not isinstance(mapping["gc_freeze"], bool):
+                raise ConfigError(
+                    f"{section}.gc_freeze: must be true or false, got {mapping['gc_freeze']!r}"
+                )
+            values["gc_freeze"] = mapping["gc_freeze"]
+        if "gc_thresholds" in mapping:
+            try:
+                thresholds = check_thresholds(mapping["gc_thresholds"], f"{section}.gc_thresholds")
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+            values["gc_thresholds"] = thresholds
         return cls(**values)
 
     def check_bind(self, host: str) -> None:

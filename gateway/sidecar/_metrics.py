@@ -61,6 +61,9 @@ class SidecarMetrics:
         self.rejected: dict[str, int] = {}
         self._latency: dict[str, _Histogram] = {}
         self._routes: set[str] = set()
+        # Set once by the sidecar command after gc.freeze() (tune_gc); a
+        # number, not gc.get_freeze_count() per scrape: that walks the list.
+        self.gc_frozen_objects = 0
 
     def route_label(self, name: str) -> str:
         if name in self._routes:
@@ -109,6 +112,12 @@ class SidecarMetrics:
             rejected.add_metric([reason], count)
         yield rejected
         yield self._latency_family()
+        yield GaugeMetricFamily(
+            "sidecar_gc_frozen_objects",
+            "Objects the sidecar command moved out of the collector's sight at start "
+            "(gc.freeze, sidecar.gc_freeze); 0: not frozen.",
+            value=self.gc_frozen_objects,
+        )
 
     def _latency_family(self) -> HistogramMetricFamily:
         family = HistogramMetricFamily(

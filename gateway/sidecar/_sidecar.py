@@ -20,6 +20,7 @@ import orjson
 from gateway import _process as child_process
 from gateway._client import Gateway
 from gateway._config import GatewayConfig
+from gateway._gc import GcTuning, tune_gc
 from gateway._http_server import Server, ServerLimits, start_server
 from gateway.errors import ConfigError
 from gateway.sidecar._app import SidecarApp
@@ -321,12 +322,39 @@ async def _serve(gateway_config: GatewayConfig, config: SidecarConfig, listen: s
     sidecar = Sidecar(gateway_config, host, port, config=config)
     await sidecar.start()
     try:
+        # Everything long-lived is loaded now (gateway, RTB filter, server):
+        # frozen before the ready line, so before any client's traffic.
+        tune_process_gc(sidecar)
         print(f"{_READY_PREFIX}{sidecar.url}", flush=True)
         await stop.wait()
         logger.info("shutting down", extra={"in_flight": sidecar.app.in_flight})
     finally:
         await sidecar.close()
     return 0
+
+
+def tune_process_gc(sidecar: Sidecar) -> GcTuning | None:
+    """The command's GC step: ``tune_gc`` as ``sidecar.gc_freeze`` / ``gc_thresholds`` say.
+
+    Only for a process the sidecar owns (``python -m gateway sidecar``); an
+    in-process ``Sidecar`` leaves its host application's GC alone. The
+    frozen object count goes to /metrics (``sidecar_gc_frozen_objects``).
+    """
+    config = sidecar.config
+    if not config.gc_freeze and config.gc_thresholds is None:
+        return None
+    tuning = tune_gc(freeze=config.gc_freeze, thresholds=config.gc_thresholds)
+    if tuning.frozen:
+        sidecar.app.metrics.gc_frozen_objects = tuning.frozen_objects
+    logger.info(
+        "gc tuned",
+        extra={
+            "gc_frozen_objects": tuning.frozen_objects if tuning.frozen else 0,
+            "gc_collected": tuning.collected,
+            "gc_thresholds": list(tuning.thresholds),
+        },
+    )
+    return tuning
 
 
 def main(argv: Sequence[str] | None = None) -> int:

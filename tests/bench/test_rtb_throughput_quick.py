@@ -35,6 +35,7 @@ def test_quick_run_reports_both_upstreams() -> None:
     assert completed.returncode == 0, completed.stderr[-2000:]
     report = json.loads(completed.stdout)
     assert report["parse_features_us"] > 0
+    assert report["plan"]["gc"] == "frozen"  # the default: tune_gc() before each rate
     rows = report["rows"]
     assert [row["upstream"] for row in rows] == ["emulator", "stub"]
     for row in rows:
@@ -43,9 +44,10 @@ def test_quick_run_reports_both_upstreams() -> None:
         assert row["p50_ms"] <= row["p99_ms"] <= row["p999_ms"]
         assert row["batches"] > 0 and 0.0 <= row["kept_share"] <= 1.0
         assert row["failed_open"] >= 0 and isinstance(row["keeping_up"], bool)
+        assert row["gc_frozen_objects"] > 0
 
 
-CACHED_STUB = ("--cache", "--upstreams", "stub")
+CACHED_STUB = ("--cache", "--upstreams", "stub", "--gc", "default")
 
 
 def test_quick_run_with_cached_scores() -> None:
@@ -58,8 +60,11 @@ def test_quick_run_with_cached_scores() -> None:
         check=False,
     )
     assert completed.returncode == 0, completed.stderr[-2000:]
-    rows = json.loads(completed.stdout)["rows"]
+    report = json.loads(completed.stdout)
+    assert report["plan"]["gc"] == "default"
+    rows = report["rows"]
     assert [(row["upstream"], row["cache"]) for row in rows] == [("stub", False), ("stub", True)]
+    assert all(row["gc_frozen_objects"] == 0 for row in rows)
     assert rows[0]["cache_hit_share"] == 0.0
     assert 0.0 < rows[1]["cache_hit_share"] < 1.0  # synthetic rows repeat, but not all
     for row in rows:

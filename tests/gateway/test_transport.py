@@ -170,6 +170,30 @@ async def test_interim_1xx_responses(
     assert server.accepted == 1
 
 
+async def test_head_arriving_a_few_bytes_at_a_time(
+    kind: str, make_transport: TransportFactory, stub_server: StartStub
+) -> None:
+    whole = b"HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n" + response(
+        b"split", headers=(("x-amzn-requestid", "rid-1"), ("x-multi", "a"), ("x-multi", "b"))
+    )
+
+    async def dribble(request: StubRequest, writer: asyncio.StreamWriter) -> bool:
+        for index in range(0, len(whole), 7):
+            writer.write(whole[index : index + 7])
+            await writer.drain()
+            await asyncio.sleep(0.001)
+        return True
+
+    server = await stub_server(dribble)
+    transport = make_transport(kind)
+    for _ in range(2):
+        answer = await transport.request(prepared(server.url), deadline())
+        assert (answer.status, answer.body) == (200, b"split")
+        assert answer.headers["x-amzn-requestid"] == "rid-1"
+        assert answer.headers["x-multi"].replace(" ", "") == "a,b"  # httpx joins with ", "
+        assert "link" not in answer.headers
+
+
 # -- pooling ---------------------------------------------------------------------------
 
 

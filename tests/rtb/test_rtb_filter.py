@@ -112,6 +112,19 @@ async def test_batch_forms_by_wait() -> None:
     assert 0.004 <= loop.time() - started < 0.5
 
 
+async def test_no_wait_still_batches_what_arrives_in_one_loop_turn() -> None:
+    # max_wait=0 sends at the end of the turn: a burst shares one call
+    # instead of making one call per request.
+    scorer = EchoScorer()
+    bid_filter = make_filter(scorer, max_batch=100, max_wait=0.0)
+    burst = [bid_filter.submit(bid(s / 10, tmax=5000), now=0) for s in range(5)]
+    await asyncio.sleep(0)
+    later = bid_filter.submit(bid(0.9, tmax=5000), now=0)
+    decisions = [await future for future in [*burst, later]]
+    assert [d.score for d in decisions] == [0.0, 0.1, 0.2, 0.3, 0.4, 0.9]
+    assert scorer.batches == [5, 1]
+
+
 async def test_deadline_near_request_flushes_early() -> None:
     scorer = EchoScorer()
     bid_filter = make_filter(scorer, max_batch=100, max_wait=1.0, call_time=0.002)

@@ -103,6 +103,10 @@ async def test_ready_line_and_ping_over_the_command(emulator: Emulator) -> None:
             assert (await http.get("/ping")).status_code == 200
             echoed = await http.post("/endpoints/echo/invocations", content=b"via process")
             assert echoed.content == b"via process"
+            # The command owns its process: it froze the start-up heap (gc_freeze).
+            metrics = (await http.get("/metrics")).text
+        frozen = [line for line in metrics.splitlines() if line.startswith("sidecar_gc_frozen")]
+        assert len(frozen) == 1 and float(frozen[0].split()[-1]) > 0, frozen
     finally:
         code = await asyncio.to_thread(process.stop)
     assert code == 0
