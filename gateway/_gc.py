@@ -50,7 +50,7 @@ def tune_gc(*, freeze: bool = True, thresholds: tuple[int, int, int] | None = No
     runs ``gc.collect()`` (so that start-up garbage is freed, not frozen)
     then ``gc.freeze()``: every object alive now moves to the permanent
     generation and is never traversed again. In the RTB benchmark it cut the
-    p99 at 30,000 requests/s from 25-35 ms to 7-9 ms.
+    p99 at 30,000 requests/s from 25-40 ms to 7-9 ms.
 
     When: once, after the process has loaded its models, config and
     connections, just before it serves traffic. Calling it again after a big
