@@ -8,7 +8,6 @@ test runs with a frozen heap or odd thresholds.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,16 +15,7 @@ import pytest
 import gateway
 from gateway import GcTuning, tune_gc
 
-
-@pytest.fixture(autouse=True)
-def restore_gc() -> Iterator[None]:
-    thresholds = gc.get_threshold()
-    assert gc.get_freeze_count() == 0, "a frozen heap leaked in from elsewhere"
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-        gc.set_threshold(*thresholds)
+pytestmark = pytest.mark.usefixtures("restore_gc")
 
 
 class _Tracked:

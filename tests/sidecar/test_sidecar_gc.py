@@ -7,7 +7,6 @@ The tests that tune the collector in this process put it back afterwards
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -18,17 +17,6 @@ from gateway import Gateway
 from gateway.errors import ConfigError
 from gateway.sidecar import Sidecar, SidecarConfig
 from gateway.sidecar._sidecar import tune_process_gc
-
-
-@pytest.fixture
-def restore_gc() -> Iterator[None]:
-    thresholds = gc.get_threshold()
-    assert gc.get_freeze_count() == 0, "a frozen heap leaked in from elsewhere"
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-        gc.set_threshold(*thresholds)
 
 
 def test_defaults_and_keys() -> None:
