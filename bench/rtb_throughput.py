@@ -64,7 +64,14 @@ from typing import Any
 from cache import CacheConfig, PredictionCache
 from gateway import Gateway, tune_gc
 from gateway.emulator import Emulator
-from gateway.rtb import BidFilter, Decision, FilterPolicy, load_bundled_spec, parse_bid_request
+from gateway.rtb import (
+    BidFilter,
+    Decision,
+    FilterPolicy,
+    FilterStats,
+    load_bundled_spec,
+    parse_bid_request,
+)
 from gateway.rtb.synth import sample_bodies
 
 NOW = 1_717_597_800.0
@@ -315,7 +322,7 @@ def _row(
     )
 
 
-def _batched_rows(after: Any, before: Any) -> int:
+def _batched_rows(after: FilterStats, before: FilterStats) -> int:
     """Rows that went through a batch (cache hits at submit do not)."""
     rows = sum(size * count for size, count in after.batch_sizes.items())
     return rows - sum(size * count for size, count in before.batch_sizes.items())
