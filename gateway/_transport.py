@@ -390,12 +390,12 @@ class _NativeStream:
         self._error: errors.GatewayError | None = None
         self._wakeup: asyncio.Future[None] | None = None
         # The call's deadline still applies while the body streams in.
-        self.timer: asyncio.TimerHandle | None = None
+        self.deadline_slot: _Slot | None = None
 
     def _stop_timer(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+        if self.deadline_slot is not None:
+            self.deadline_slot.pop(self, None)
+            self.deadline_slot = None
 
     def headers_ready(self, status: int, headers: dict[str, str]) -> None:
         self.status, self.headers = status, headers
@@ -459,9 +459,9 @@ class _NativeStream:
 
 # -- request deadlines --------------------------------------------------------
 
-# Deadlines are grouped into slots of this many seconds; uvloop's own timers
-# have a 1 ms resolution, so a request times out no later than it would with
-# a timer of its own.
+# Deadlines of requests and of whole response streams are grouped into slots
+# of this many seconds; uvloop's own timers have a 1 ms resolution, so a
+# request times out no later than it would with a timer of its own.
 _SLOT_S = 0.001
 
 # What a slot holds per request in flight: the waiter (its owner) ->
@@ -818,37 +818,25 @@ class NativeTransport:
             connection = await pool._connect_within(deadline, time.monotonic())
             reused = False
 
-    def _arm_timer(
-        self, connection: _Connection, deadline: float, owner: object
-    ) -> asyncio.TimerHandle:
-        delay = deadline - time.monotonic()
-        read_timeout = self.options.read_timeout
-        deadline_bound = delay <= read_timeout
-        if not deadline_bound:
-            delay = read_timeout
-        # call_later, not call_at: uvloop's clock is not time.monotonic's.
-        return connection._loop.call_later(
-            delay if delay > 0.0 else 0.0,
-            connection.timed_out,
-            owner,
-            deadline_bound,
-            read_timeout,
-        )
-
     async def stream(self, request: PreparedRequest, deadline: float) -> _NativeStream:
         pool = self._pool(request.origin)
         connection, reused = await pool.acquire(deadline)
         try:
-            return await self._open_stream(connection, request, deadline, reused)
+            return await self._open_stream(pool, connection, request, deadline, reused)
         except errors.StaleConnection:
             if not reused:
                 raise
             self.stats.stale_retries += 1
             connection = await pool._connect_within(deadline, time.monotonic())
-            return await self._open_stream(connection, request, deadline, False)
+            return await self._open_stream(pool, connection, request, deadline, False)
 
     async def _open_stream(
-        self, connection: _Connection, request: PreparedRequest, deadline: float, reused: bool
+        self,
+        pool: _OriginPool,
+        connection: _Connection,
+        request: PreparedRequest,
+        deadline: float,
+        reused: bool,
     ) -> _NativeStream:
         self.stats.requests += 1
         if reused:
@@ -857,7 +845,7 @@ class NativeTransport:
         head = encode_head_lines(request.path, request.head(), len(body))
         stream = connection.send_streaming(head + body, reused)
         # Armed until the body is complete: the deadline covers the whole stream.
-        stream.timer = self._arm_timer(connection, deadline, stream)
+        stream.deadline_slot = pool.deadlines.arm(connection, stream, deadline)
         try:
             await stream.wait_head()
         except BaseException:

@@ -295,9 +295,6 @@ def encode_head(path: str, headers: list[tuple[str, str]], body_length: int) -> 
 
 
 RawHeaders = list[tuple[bytes, bytes]]
-# Header pairs as parsed, or a response head still undecoded: the status line
-# and header lines exactly as received, without the blank line that ends them.
-RawHead = RawHeaders | bytes
 
 
 def split_head(head: bytes) -> RawHeaders:
@@ -318,15 +315,12 @@ def split_head(head: bytes) -> RawHeaders:
     return pairs
 
 
-def pairs_of(raw: RawHead) -> RawHeaders:
-    return split_head(raw) if isinstance(raw, bytes) else raw
-
-
 class RawResponse:
     """A complete HTTP response.
 
-    The native transport hands over the response head undecoded (``raw``);
-    the header pairs and the lower-cased ``headers`` dict are built only if
+    The native transport hands over the response head undecoded (``raw``:
+    the status line and header lines exactly as received, without the blank
+    line that ends them); the lower-cased ``headers`` dict is built only if
     someone asks (error decoding does, the success path does not).
     """
 
@@ -337,7 +331,7 @@ class RawResponse:
         status: int,
         headers: dict[str, str] | None,
         body: bytes,
-        raw: RawHead | None = None,
+        raw: bytes | None = None,
     ) -> None:
         self.status = status
         self._headers = headers
@@ -345,23 +339,20 @@ class RawResponse:
         self.raw = raw
 
     @property
-    def raw_headers(self) -> RawHeaders | None:
-        return None if self.raw is None else pairs_of(self.raw)
-
-    @property
     def headers(self) -> dict[str, str]:
         headers = self._headers
         if headers is None:
-            headers = self._headers = headers_from_raw(self.raw_headers or [])
+            headers = self._headers = headers_from_raw(self.raw or b"")
         return headers
 
     def __repr__(self) -> str:
         return f"RawResponse(status={self.status}, body={self.body[:64]!r})"
 
 
-def headers_from_raw(raw: RawHead) -> dict[str, str]:
+def headers_from_raw(head: bytes) -> dict[str, str]:
+    """A raw response head as a dict: lower-case names, repeated headers joined by ","."""
     headers: dict[str, str] = {}
-    for name, value in pairs_of(raw):
+    for name, value in split_head(head):
         key = name.decode("latin-1").lower()
         text = value.decode("latin-1")
         previous = headers.get(key)
@@ -406,30 +397,25 @@ class InvokeResult:
         hedged: bool = False,
         attempts: int = 1,
         cache: str | None = None,
-        raw_headers: RawHead | None = None,
     ) -> None:
         self.body = body
         self.target = target  # the SageMaker endpoint that answered
         self.hedged = hedged  # a hedge attempt was sent during this call
         self.attempts = attempts
         self.cache = cache  # "near", "redis", "stale", "coalesced" or None
-        self._raw = raw_headers
-        self._fields: dict[str, str] | None = (
-            None
-            if raw_headers is not None
-            else {
-                name: value
-                for name, value in (
-                    ("content_type", content_type),
-                    ("invoked_variant", invoked_variant),
-                    ("custom_attributes", custom_attributes),
-                    ("request_id", request_id),
-                    ("new_session_id", new_session_id),
-                    ("closed_session_id", closed_session_id),
-                )
-                if value is not None
-            }
-        )
+        self._raw: bytes | None = None  # a response head, decoded into _fields on first read
+        self._fields: dict[str, str] | None = {
+            name: value
+            for name, value in (
+                ("content_type", content_type),
+                ("invoked_variant", invoked_variant),
+                ("custom_attributes", custom_attributes),
+                ("request_id", request_id),
+                ("new_session_id", new_session_id),
+                ("closed_session_id", closed_session_id),
+            )
+            if value is not None
+        }
 
     @classmethod
     def from_fields(
@@ -450,7 +436,7 @@ class InvokeResult:
         fields = self._fields
         if fields is None:
             fields = self._fields = {}
-            for raw_name, raw_value in pairs_of(self._raw or []):
+            for raw_name, raw_value in split_head(self._raw or b""):
                 field_name = _RESULT_FIELDS.get(raw_name.lower())
                 if field_name is not None:
                     fields[field_name] = raw_value.decode("latin-1")

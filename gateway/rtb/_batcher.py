@@ -5,9 +5,9 @@ or as soon as some row's deadline is closer than one expected call
 (`call_time`): a deadline-near row flushes the batch early rather than
 waiting for company. "As soon as" means at the end of the current loop
 turn, so rows that arrive together (one burst, one read of many requests)
-share the call even with `max_wait=0`. Nobody waits past their deadline, whatever the scorer
-does: an expired row resolves as a failure (the filter keeps it) and a late
-answer is ignored.
+share the call even with `max_wait=0`. Nobody waits past their deadline,
+whatever the scorer does: an expired row resolves as a failure (the filter
+keeps it) and a late answer is ignored.
 
 Cost per row is kept to a future and a small slot object: there is no timer
 per row. A waiting row needs none, because the one flush timer fires before
