@@ -436,11 +436,11 @@ def measure_signing(number: int = 2000, repeat: int = 7) -> dict[str, Any]:
         # The general per-call path: hash the body, date, insert, sign.
         return request_signer.sign(prefix, base, payload_sha256(BODY))
 
-    def ours_hot_path() -> str:
+    def ours_hot_path() -> bytes:
         # What the native transport does per call: hash the body, then sign
-        # with the header joins cached (RequestSigner.head_lines), giving the
-        # head's header lines ready to send. add_auth hashes the body too.
-        return request_signer.head_lines(prefix, base, payload_sha256(BODY), 3)
+        # from the second's presigned head (RequestSigner.signed_head), giving
+        # the whole head's bytes ready to send. add_auth hashes the body too.
+        return request_signer.signed_head(path, prefix, base, payload_sha256(BODY), len(BODY), 3)
 
     botocore_us = _best_us(botocore_add_auth, number, repeat)
     presorted_us = _best_us(ours_presorted, number * 20, repeat)
@@ -642,9 +642,10 @@ def ratios(clients: dict[str, dict[str, Any]], signing: dict[str, Any] | None) -
         "aiobotocore_vs_native": ratio(cpu("aiobotocore"), native),
         "boto3_vs_native": ratio(cpu("boto3"), native),
         "httpx_vs_native": ratio(cpu("gateway-httpx"), native),
-        "signing_speedup": signing["speedup_presorted"] if signing else None,
+        # What each call pays (body hash, date, signature, the head's bytes).
+        "signing_speedup": signing["speedup_hot_path"] if signing else None,
+        "signing_speedup_presorted": signing["speedup_presorted"] if signing else None,
         "signing_speedup_per_call": signing["speedup_per_call"] if signing else None,
-        "signing_speedup_hot_path": signing["speedup_hot_path"] if signing else None,
         "native_connections_opened_measured": (
             clients["gateway-native"].get("connections_opened_measured")
             if "gateway-native" in clients
@@ -742,7 +743,7 @@ def render(report: dict[str, Any]) -> Iterator[str]:
             f"| {_fmt(signing['ours_per_call_us'], 2)} |"
         )
         yield (
-            "| ours hot path (payload hash + RequestSigner.head_lines) "
+            "| ours hot path (payload hash + RequestSigner.signed_head: the whole head) "
             f"| {_fmt(signing['ours_hot_path_us'], 2)} |"
         )
         yield f"| ours authorization (general) | {_fmt(signing['ours_general_us'], 2)} |"
@@ -772,10 +773,11 @@ def render(report: dict[str, Any]) -> Iterator[str]:
     yield f"- boto3 ÷ gateway-native: {_fmt(summary['boto3_vs_native'])}x"
     yield f"- gateway-httpx ÷ gateway-native: {_fmt(summary['httpx_vs_native'])}x"
     yield (
-        f"- signing, botocore add_auth ÷ ours presorted: {_fmt(summary['signing_speedup'])}x "
+        "- signing, botocore add_auth ÷ ours hot path (what each native call pays: both "
+        f"hash the body; ours also builds the head): {_fmt(summary['signing_speedup'])}x "
         f"(target ≥ {TARGETS['signing_speedup']:.0f}x): {_verdict(checks['signing_speedup'])}; "
-        f"÷ ours per call: {_fmt(summary['signing_speedup_per_call'])}x; "
-        f"÷ ours hot path (both hash the body): {_fmt(summary['signing_speedup_hot_path'])}x"
+        f"÷ ours presorted Authorization alone: {_fmt(summary['signing_speedup_presorted'])}x; "
+        f"÷ ours general per call (httpx path): {_fmt(summary['signing_speedup_per_call'])}x"
     )
     yield (
         "- gateway-native connections opened once warm: "

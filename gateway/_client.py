@@ -31,6 +31,7 @@ from gateway._signing import Credentials, SigV4Signer
 from gateway._transport import NativeTransport, Transport
 from gateway._wire import (
     INVOKE_HEADERS,
+    MAX_PAYLOAD_BYTES,
     AsyncInvocation,
     InvokeResult,
     Origin,
@@ -161,7 +162,9 @@ class Gateway:
         self._invoker = Invoker(self._transport, self._plan_for, self.metrics)
         self._cache = _make_cache(cache if isinstance(cache, CacheConfig) else None, config)
         self._versions: dict[tuple[str, str | None], str] = {}
-        self._checked_values: dict[str, str] = {}
+        self._before_host_cache: dict[
+            tuple[str | None, str | None], tuple[tuple[str, str], ...]
+        ] = {}
         self._origin: Origin | None = None
         self._region = ""
         self._region_urls: dict[str, str] = {}
@@ -351,14 +354,19 @@ class Gateway:
         route = self._router.resolve(endpoint)
         if timeout is None:
             timeout = route.timeout_s or self._default_timeout
-        check_payload(body)
-        before_host = self._before_host(content_type, accept)
+        if len(body) > MAX_PAYLOAD_BYTES:
+            check_payload(body)  # raises, saying why
+        before_host = self._before_host_cache.get((content_type, accept))
+        if before_host is None:
+            before_host = self._before_host(content_type, accept)
         # A session is stateful on the far side: never answer it from a cache.
         key: str | None = None
         cache_store = self._cache
-        if cache is None:
-            cache = route.config.cache
-        if cache_store is not None and cache and session_id is None:
+        if (
+            cache_store is not None
+            and session_id is None
+            and (route.config.cache if cache is None else cache)
+        ):
             variant_key = _variant_key(
                 target_variant, custom_attributes, target_container_hostname, inference_component
             )
@@ -726,22 +734,24 @@ class Gateway:
             return False
         return response.status == 200
 
-    def _checked(self, name: str, value: str) -> str:
-        # Most callers send the same few content types: validate each once.
-        checked = self._checked_values.get(value)
-        if checked is None:
-            checked = check_header_value(name, value)
-            if len(self._checked_values) < _MAX_CACHED_VALUES:
-                self._checked_values[value] = checked
-        return checked
+    def _before_host(
+        self, content_type: str | None, accept: str | None
+    ) -> tuple[tuple[str, str], ...]:
+        """The signable headers that sort before ``host``, in SigV4's order.
 
-    def _before_host(self, content_type: str | None, accept: str | None) -> list[tuple[str, str]]:
-        """The signable headers that sort before ``host``, in SigV4's order."""
-        headers: list[tuple[str, str]] = []
-        if accept is not None:
-            headers.append(("accept", self._checked("accept", accept)))
-        if content_type is not None:
-            headers.append(("content-type", self._checked("content-type", content_type)))
+        Most callers send the same few content types: each pair is validated
+        once and its headers kept.
+        """
+        key = (content_type, accept)
+        headers = self._before_host_cache.get(key)
+        if headers is None:
+            headers = ()
+            if accept is not None:
+                headers += (("accept", check_header_value("accept", accept)),)
+            if content_type is not None:
+                headers += (("content-type", check_header_value("content-type", content_type)),)
+            if len(self._before_host_cache) < _MAX_CACHED_VALUES:
+                self._before_host_cache[key] = headers
         return headers
 
     @staticmethod

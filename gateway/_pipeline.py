@@ -79,7 +79,7 @@ class CallSpec:
 
     route: Route
     model: str | None
-    before_host: list[tuple[str, str]]  # accept, content-type: they sort before host
+    before_host: tuple[tuple[str, str], ...]  # accept, content-type: they sort before host
     after_host: list[tuple[str, str]]  # x-amzn-sagemaker-*, sorted
     variant_pinned: bool
     body: bytes
@@ -215,12 +215,13 @@ class Invoker:
         state = route.pick(call.model)
         if state is None:
             raise errors.NoHealthyTarget(f"route {route.name}: every target is ejected")
-        delay = route.hedge_delay()
-        if delay is not None and time.monotonic() + delay < call.deadline:
-            return await self._invoke_hedged(call, state, delay)
+        if route.hedging:
+            delay = route.hedge_delay()
+            if delay is not None and time.monotonic() + delay < call.deadline:
+                return await self._invoke_hedged(call, state, delay)
         # The plain path, inlined: one attempt, no extra coroutine frames.
         started = route.start(state)
-        plan = self.plan(route, state)
+        plan = self._plans.get(state) or self.plan(route, state)
         try:
             response = await self._transport.request(self._request(call, plan), call.deadline)
         except errors.GatewayError as error:

@@ -32,7 +32,6 @@ from gateway._wire import (
     Origin,
     PreparedRequest,
     RawResponse,
-    encode_head_lines,
     headers_from_raw,
     split_head,
 )
@@ -259,7 +258,10 @@ class _Connection(asyncio.Protocol):
             self._status, None, body[0] if len(body) == 1 else b"".join(body), self._head
         )
         keep = self._keep_alive and not self.closed
-        self._reset_message()
+        # _reset_message, inlined: this runs once per response.
+        self._status = self._body_size = 0
+        self._body = []
+        self._headers_done = False
         self._waiter = self._stream = None
         if stream is not None:
             stream.finish()
@@ -279,7 +281,11 @@ class _Connection(asyncio.Protocol):
     def send(self, data: bytes, reused: bool) -> asyncio.Future[RawResponse]:
         assert self._transport is not None
         waiter = self._waiter = self._loop.create_future()
-        self._start_message(reused)
+        # _start_message, inlined: this runs once per request.
+        self._got_bytes = False
+        self._reused = reused
+        self._head_chunks = []
+        self._head_bytes = self._head_start = 0
         self._transport.write(data)
         return waiter
 
@@ -463,6 +469,7 @@ class _NativeStream:
 # of this many seconds; uvloop's own timers have a 1 ms resolution, so a
 # request times out no later than it would with a timer of its own.
 _SLOT_S = 0.001
+_SLOTS_PER_S = 1000
 
 # What a slot holds per request in flight: the waiter (its owner) ->
 # (its connection, whether the call's deadline or the read timeout is the bound).
@@ -485,22 +492,35 @@ class _DeadlineWheel:
         self._read_timeout = read_timeout
         self._slots: dict[int, _Slot] = {}
 
-    def arm(self, connection: _Connection, owner: object, deadline: float) -> _Slot:
-        """Time ``owner`` out at ``deadline`` (time.monotonic); pop it from the slot when done."""
-        delay = deadline - time.monotonic()
-        deadline_bound = delay <= self._read_timeout
+    def arm(self, connection: _Connection, owner: object, deadline: float, now: float) -> _Slot:
+        """Time ``owner`` out at ``deadline``; pop it from the slot when done.
+
+        ``deadline`` and ``now`` are time.monotonic() values; ``now`` is the
+        caller's, read just before, so arming costs no clock call.
+        """
+        deadline_bound = deadline - now <= self._read_timeout
         if not deadline_bound:
-            delay = self._read_timeout
-        # The loop's clock, not time.monotonic's: uvloop keeps its own.
-        key = -int(-(self._loop.time() + delay) // _SLOT_S)  # rounded up: never early
+            deadline = now + self._read_timeout
+        key = int(deadline * _SLOTS_PER_S) + 1  # the slot's end: never early
         slot = self._slots.get(key)
         if slot is None:
-            slot = self._slots[key] = {}
-            self._loop.call_at(key * _SLOT_S, self._expire, key)
+            slot = self._new_slot(key, now)
         slot[owner] = (connection, deadline_bound)
         return slot
 
+    def _new_slot(self, key: int, now: float) -> _Slot:
+        slot: _Slot = {}
+        self._slots[key] = slot
+        self._loop.call_later(key * _SLOT_S - now, self._expire, key)
+        return slot
+
     def _expire(self, key: int) -> None:
+        # uvloop's timers run on its own, coarser clock: one can fire a little
+        # before time.monotonic() reaches the slot's end. Come back then.
+        remaining = key * _SLOT_S - time.monotonic()
+        if remaining > 0:
+            self._loop.call_later(remaining, self._expire, key)
+            return
         slot = self._slots.pop(key, None)
         if not slot:
             return
@@ -677,8 +697,11 @@ class _OriginPool:
             connection.close()
             return
         connection.last_used = time.monotonic()
-        if not self._wake_waiter(connection):
-            self._push_idle(connection)
+        if self._waiters and self._wake_waiter(connection):
+            return
+        self._idle.append(connection)
+        if self._reaper is None:
+            self._schedule_reaper()
 
     def _wake_waiter(self, connection: _Connection | None) -> bool:
         while self._waiters:
@@ -762,6 +785,7 @@ class NativeTransport:
         self.stats = TransportStats()
         self._ssl = self.options.ssl_context
         self._pools: dict[Origin, _OriginPool] = {}
+        self._last_pool: _OriginPool | None = None
 
     def _pool(self, origin: Origin) -> _OriginPool:
         pool = self._pools.get(origin)
@@ -784,25 +808,30 @@ class NativeTransport:
         return sum(pool.open_connections for pool in self._pools.values())
 
     async def request(self, request: PreparedRequest, deadline: float) -> RawResponse:
-        pool = self._pools.get(request.origin) or self._pool(request.origin)
+        origin = request.origin
+        pool = self._last_pool
+        if pool is None or pool.origin is not origin:
+            # Most gateways send everything to one origin: skip the lookup.
+            pool = self._last_pool = self._pool(origin)
+        now = time.monotonic()
         # The common case takes a warm socket without suspending.
-        connection = pool._pop_idle(time.monotonic())
+        connection = pool._pop_idle(now)
         reused = True
         if connection is None:
             connection, reused = await pool.acquire(deadline)
+            now = time.monotonic()
         stats = self.stats
         while True:
             stats.requests += 1
             if reused:
                 stats.reused += 1
             body = request.body
-            head = encode_head_lines(request.path, request.head(), len(body))
             if len(body) < 65536:
-                waiter = connection.send(head + body, reused)
+                waiter = connection.send(request.encoded_head() + body, reused)
             else:
-                waiter = connection.send(head, reused)
+                waiter = connection.send(request.encoded_head(), reused)
                 connection.write(body)
-            slot = pool.deadlines.arm(connection, waiter, deadline)
+            slot = pool.deadlines.arm(connection, waiter, deadline, now)
             try:
                 return await waiter
             except errors.StaleConnection:
@@ -817,6 +846,7 @@ class NativeTransport:
             stats.stale_retries += 1
             connection = await pool._connect_within(deadline, time.monotonic())
             reused = False
+            now = time.monotonic()
 
     async def stream(self, request: PreparedRequest, deadline: float) -> _NativeStream:
         pool = self._pool(request.origin)
@@ -842,10 +872,10 @@ class NativeTransport:
         if reused:
             self.stats.reused += 1
         body = request.body
-        head = encode_head_lines(request.path, request.head(), len(body))
+        head = request.encoded_head()
         stream = connection.send_streaming(head + body, reused)
         # Armed until the body is complete: the deadline covers the whole stream.
-        stream.deadline_slot = pool.deadlines.arm(connection, stream, deadline)
+        stream.deadline_slot = pool.deadlines.arm(connection, stream, deadline, time.monotonic())
         try:
             await stream.wait_head()
         except BaseException:
@@ -858,3 +888,4 @@ class NativeTransport:
         for pool in self._pools.values():
             await pool.aclose()
         self._pools.clear()
+        self._last_pool = None

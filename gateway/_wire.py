@@ -13,7 +13,13 @@ from dataclasses import dataclass
 import orjson
 
 from gateway import errors
-from gateway._signing import AmzDateClock, Credentials, SigV4Signer, payload_sha256
+from gateway._signing import (
+    AmzDateClock,
+    Credentials,
+    PresignedHead,
+    SigV4Signer,
+    payload_sha256,
+)
 
 MAX_PAYLOAD_BYTES = 6 * 1024 * 1024
 USER_AGENT = "sagemaker-gateway/0.1"
@@ -104,21 +110,20 @@ class Origin:
         return cls(scheme, host.strip("[]"), port, host_header)
 
 
-# Joined forms of a header list, cached (see RequestSigner.head_lines).
-_HeaderParts = tuple[str, str, str]
-_MAX_HEADER_PARTS = 512
+# Presigned heads kept per RequestSigner (see RequestSigner.signed_head).
+_MAX_PRESIGNED_HEADS = 512
 
 
 class RequestSigner:
     """Signs at send time with whatever credentials are current then."""
 
-    __slots__ = ("_clock", "_credentials", "_parts", "_signer")
+    __slots__ = ("_clock", "_credentials", "_heads", "_signer")
 
     def __init__(self, signer: SigV4Signer, credentials: Callable[[], Credentials]) -> None:
         self._signer = signer
         self._credentials = credentials
         self._clock = AmzDateClock()
-        self._parts: dict[tuple[tuple[str, str], ...], _HeaderParts] = {}
+        self._heads: dict[tuple[object, ...], PresignedHead] = {}
 
     @property
     def signer(self) -> SigV4Signer:
@@ -140,62 +145,57 @@ class RequestSigner:
         """
         credentials = self._credentials()
         amz_date = self._clock.now()
-        position = after_host if after_host >= 0 else _after_host(headers)
-        signed = headers[:position]
-        signed.append(("x-amz-date", amz_date))
-        token = credentials.token
-        if token:
-            signed.append(("x-amz-security-token", token))
-        signed += headers[position:]
+        signed = self._with_date(headers, credentials, amz_date, after_host)
         authorization = self._signer.authorization_presorted(
             sign_prefix, signed, payload_hash, credentials, amz_date
         )
         signed.append(("authorization", authorization))
         return signed
 
-    def head_lines(
+    def signed_head(
         self,
+        path: str,
         sign_prefix: str,
         headers: list[tuple[str, str]],
         payload_hash: str,
+        body_length: int,
         after_host: int = -1,
-    ) -> str:
-        """The signed request's header lines, ready for the HTTP head.
+    ) -> bytes:
+        """The signed request's whole head, as bytes (the native transport's hot path).
 
         Within a second, calls to one target mostly carry identical headers
-        (the date changes once a second), so the three joins of them (the
-        signed names, the canonical block, the head lines) are cached by the
-        header tuple, and each call pays for the hash and the HMAC only.
+        (the date changes once a second), so everything but the payload
+        hash is prepared once per (path, headers, second) in a
+        :class:`PresignedHead`, and each call pays for three short hash
+        updates and a join.
         """
         credentials = self._credentials()
         amz_date = self._clock.now()
+        key: tuple[object, ...] = (path, *headers)
+        head = self._heads.get(key)
+        if head is None or head.amz_date != amz_date or head.credentials is not credentials:
+            signed = self._with_date(headers, credentials, amz_date, after_host)
+            head_start = (
+                f"POST {path} HTTP/1.1\r\n{header_lines(signed)}user-agent: {USER_AGENT}\r\n"
+            )
+            head = self._signer.presign_head(sign_prefix, signed, credentials, amz_date, head_start)
+            if len(self._heads) >= _MAX_PRESIGNED_HEADS:
+                self._heads.clear()  # rare shapes pile up otherwise
+            self._heads[key] = head
+        return head.head(payload_hash, body_length)
+
+    @staticmethod
+    def _with_date(
+        headers: list[tuple[str, str]], credentials: Credentials, amz_date: str, after_host: int
+    ) -> list[tuple[str, str]]:
+        """``headers`` with x-amz-date and the session token in their sorted place."""
         position = after_host if after_host >= 0 else _after_host(headers)
         signed = headers[:position]
         signed.append(("x-amz-date", amz_date))
-        token = credentials.token
-        if token:
-            signed.append(("x-amz-security-token", token))
+        if credentials.token:
+            signed.append(("x-amz-security-token", credentials.token))
         signed += headers[position:]
-        key = tuple(signed)
-        parts = self._parts.get(key)
-        if parts is None:
-            parts = _join_parts(signed)
-            if len(self._parts) >= _MAX_HEADER_PARTS:
-                self._parts.clear()  # old dates and rare shapes
-            self._parts[key] = parts
-        names, block, lines = parts
-        authorization = self._signer.authorization_from_parts(
-            sign_prefix, names, block, payload_hash, credentials, amz_date
-        )
-        return f"{lines}authorization: {authorization}\r\n"
-
-
-def _join_parts(headers: list[tuple[str, str]]) -> _HeaderParts:
-    return (
-        ";".join([name for name, _ in headers]),
-        "\n".join([f"{name}:{value}" for name, value in headers]),
-        header_lines(headers),
-    )
+        return signed
 
 
 def _after_host(headers: list[tuple[str, str]]) -> int:
@@ -214,7 +214,7 @@ class PreparedRequest:
 
     __slots__ = (
         "_final",
-        "_lines",
+        "_head",
         "after_host",
         "body",
         "headers",
@@ -245,22 +245,27 @@ class PreparedRequest:
         self.payload_hash = payload_hash
         self.after_host = after_host
         self._final: list[tuple[str, str]] | None = None
-        self._lines: str | None = None
+        self._head: bytes | None = None
 
-    def head(self) -> str:
-        """The signed header lines (native transport); signed once, like final_headers."""
-        lines = self._lines
-        if lines is None:
+    def encoded_head(self) -> bytes:
+        """The whole signed head as bytes (native transport); signed once, like final_headers."""
+        head = self._head
+        if head is None:
             if self.signer is None:
-                lines = header_lines(self.headers)
+                head = encode_head(self.path, self.headers, len(self.body))
             else:
                 if not self.payload_hash:
                     self.payload_hash = payload_sha256(self.body)
-                lines = self.signer.head_lines(
-                    self.sign_prefix, self.headers, self.payload_hash, self.after_host
+                head = self.signer.signed_head(
+                    self.path,
+                    self.sign_prefix,
+                    self.headers,
+                    self.payload_hash,
+                    len(self.body),
+                    self.after_host,
                 )
-            self._lines = lines
-        return lines
+            self._head = head
+        return head
 
     def final_headers(self) -> list[tuple[str, str]]:
         final = self._final
@@ -277,21 +282,17 @@ class PreparedRequest:
         return final
 
 
-def encode_head_lines(path: str, lines: str, body_length: int) -> bytes:
-    """A POST head from already-formatted header lines (see PreparedRequest.head)."""
-    return (
-        f"POST {path} HTTP/1.1\r\n{lines}user-agent: {USER_AGENT}\r\n"
-        f"content-length: {body_length}\r\n\r\n"
-    ).encode("latin-1")
-
-
 def header_lines(headers: Sequence[tuple[str, str]]) -> str:
     """``name: value`` lines of an HTTP head, each ending in CRLF."""
     return "".join([f"{name}: {value}\r\n" for name, value in headers])
 
 
 def encode_head(path: str, headers: list[tuple[str, str]], body_length: int) -> bytes:
-    return encode_head_lines(path, header_lines(headers), body_length)
+    """A POST head; header order on the wire follows ``headers``."""
+    return (
+        f"POST {path} HTTP/1.1\r\n{header_lines(headers)}user-agent: {USER_AGENT}\r\n"
+        f"content-length: {body_length}\r\n\r\n"
+    ).encode("latin-1")
 
 
 RawHeaders = list[tuple[bytes, bytes]]

@@ -120,8 +120,10 @@ class Route:
         "_random",
         "_ranker",
         "_retry_budget",
+        "_sole",
         "_targets",
         "_warmup_samples",
+        "hedging",
     )
 
     def __init__(
@@ -156,6 +158,11 @@ class Route:
             if hedge.enabled
             else None
         )
+        # Read-only: whether hedge_delay can ever say "hedge" (saves the call when not).
+        self.hedging = self._latency is not None
+        # A one-target route never ejects its target (see _max_out_of_rotation),
+        # so a primary pick there is always that target.
+        self._sole = self._targets[0] if len(self._targets) == 1 else None
         self._hedge_quantile = hedge.delay_quantile
         self._warmup_samples = math.ceil(_WARMUP_SAMPLES_PER_HEDGE / hedge.max_extra_load)
         self._hedge_delay: float | None = None
@@ -222,6 +229,9 @@ class Route:
         Call :meth:`start` right after, without awaiting in between: the
         probe slot is taken by ``start``.
         """
+        sole = self._sole
+        if sole is not None and not exclude:
+            return sole
         now = self._clock()
         if now >= self._next_wake:
             self._wake(now)

@@ -379,14 +379,16 @@ async def test_read_timeout_and_deadline(
 
     server = await stub_server(silent)
     transport = make_transport(kind, read_timeout=0.1)
+    started = time.monotonic()
     with pytest.raises(errors.ReadTimeout):
         await transport.request(prepared(server.url, "/silent"), deadline(10))
+    assert time.monotonic() >= started + 0.1  # never early
     await settle(transport, expected_open=0)
     transport = make_transport(kind, read_timeout=10)
-    started = time.monotonic()
+    call_deadline = deadline(0.1)
     with pytest.raises(errors.DeadlineExceeded):
-        await transport.request(prepared(server.url, "/silent"), deadline(0.1))
-    assert time.monotonic() - started < 5.0
+        await transport.request(prepared(server.url, "/silent"), call_deadline)
+    assert call_deadline <= time.monotonic() < call_deadline + 5.0
     await settle(transport, expected_open=0)
     # and the transport still works
     assert (await transport.request(prepared(server.url), deadline())).body == b"ok"

@@ -332,30 +332,53 @@ def test_decode_error_never_raises(status: int, headers: dict[str, str], body: b
     str(decoded)
 
 
+def _head_fields(head: bytes) -> tuple[bytes, dict[bytes, bytes]]:
+    """A head's request line and its headers by name (wire order set aside)."""
+    request_line, *lines = head.rstrip(b"\r\n").split(b"\r\n")
+    fields = dict(line.split(b": ", 1) for line in lines)
+    assert len(fields) == len(lines), "a header appears twice"
+    return request_line, fields
+
+
 @pytest.mark.parametrize("token", [None, "session-token"])
-def test_cached_head_lines_equal_the_plain_encoding(
+def test_presigned_heads_equal_the_plain_signing(
     token: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The native transport's cached joins must give the same bytes as the plain path."""
+    """The native transport's presigned heads carry exactly the plain path's headers."""
     from gateway._signing import Credentials, SigV4Signer
-    from gateway._wire import PreparedRequest, RequestSigner, encode_head, encode_head_lines
+    from gateway._wire import PreparedRequest, RequestSigner, encode_head
 
-    monkeypatch.setattr("gateway._signing.time.time", lambda: 1_790_000_000.0)
-    credentials = Credentials("AKID", "secret", token)
-    signer = RequestSigner(SigV4Signer("us-east-1"), lambda: credentials)
+    now = [1_790_000_000.0]
+    monkeypatch.setattr("gateway._signing.time.time", lambda: now[0])
+    current = [Credentials("AKID", "secret", token)]
+    signer = RequestSigner(SigV4Signer("us-east-1"), lambda: current[0])
     origin = Origin.from_url("https://runtime.sagemaker.us-east-1.amazonaws.com")
     path = "/endpoints/ep/invocations"
     prefix = SigV4Signer.request_prefix("POST", path)
-    for model in ("m1", "m2", "m1"):  # a repeat is served from the cache
+    authorizations: set[bytes] = set()
+    # A repeat is served from the cache; a new second or new credentials are not.
+    for second, secret, model in [
+        (0, "secret", "m1"),
+        (0, "secret", "m2"),
+        (0, "secret", "m1"),
+        (1, "secret", "m1"),
+        (1, "rotated", "m1"),
+    ]:
+        now[0] = 1_790_000_000.0 + second
+        if secret != current[0].secret_key:
+            current[0] = Credentials("AKID", secret, token)
         headers = [
             ("accept", "application/json"),
             ("content-type", "text/csv"),
             ("host", origin.host_header),
             ("x-amzn-sagemaker-target-model", model),
         ]
-        for body in (b"1,2,3", b"4,5,6"):
+        for body in (b"1,2,3", b"4,5,6,7"):
             fast = PreparedRequest(origin, path, prefix, list(headers), body, signer, "", 3)
             plain = PreparedRequest(origin, path, prefix, list(headers), body, signer)
-            assert encode_head_lines(path, fast.head(), len(body)) == encode_head(
-                path, plain.final_headers(), len(body)
-            )
+            fast_head = _head_fields(fast.encoded_head())
+            assert fast_head == _head_fields(encode_head(path, plain.final_headers(), len(body)))
+            assert fast_head[1][b"content-length"] == str(len(body)).encode()
+            authorizations.add(fast_head[1][b"authorization"])
+    # Only the repeated (second 0, m1) calls sign alike: 4 distinct shapes x 2 bodies.
+    assert len(authorizations) == 4 * 2

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from cache import CacheConfig
 from gateway import Gateway, compat, errors
 from gateway._config import GatewayConfig
-from gateway._signing import SigV4Signer
+from gateway._signing import PresignedHead, SigV4Signer
 from gateway.emulator import Emulator, EmulatorConfig
 from gateway.sidecar import Sidecar, SidecarConfig
 from tests.gateway.conftest import ACCESS_KEY, SECRET_KEY, gateway_for
@@ -295,7 +295,7 @@ async def test_no_secret_or_authorization_in_logs_errors_or_metrics(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     sent_authorizations: list[str] = []
-    # Every signing path ends in authorization_from_parts.
+    # Every signed header list ends in authorization_from_parts ...
     original = SigV4Signer.authorization_from_parts
 
     def spy(self: SigV4Signer, *args: Any, **kwargs: Any) -> str:
@@ -304,6 +304,16 @@ async def test_no_secret_or_authorization_in_logs_errors_or_metrics(
         return authorization
 
     monkeypatch.setattr(SigV4Signer, "authorization_from_parts", spy)
+    # ... or, on the native transport, in PresignedHead.head (the head's bytes).
+    original_head = PresignedHead.head
+
+    def head_spy(self: PresignedHead, *args: Any, **kwargs: Any) -> bytes:
+        head = original_head(self, *args, **kwargs)
+        line = head.split(b"\r\nauthorization: ", 1)[1].split(b"\r\n", 1)[0]
+        sent_authorizations.append(line.decode("latin-1"))
+        return head
+
+    monkeypatch.setattr(PresignedHead, "head", head_spy)
     async with Gateway(
         "us-east-1",
         endpoint_url=emulator.url,

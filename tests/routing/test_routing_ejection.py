@@ -131,8 +131,13 @@ def test_a_single_target_is_never_ejected() -> None:
     route = make_route(1, clock)
 
     fail(route, clock, route.targets[0], times=50)
+    route.record_health_check(route.targets[0], healthy=False)
 
     assert route.targets[0].state is TargetHealth.HEALTHY
+    # So a primary pick is always it; a retry that excludes it reuses it only if asked.
+    assert route.pick() is route.targets[0]
+    assert route.pick(exclude=route.targets) is None
+    assert route.pick(exclude=route.targets, reuse_excluded=True) is route.targets[0]
 
 
 def test_zero_share_disables_ejection() -> None:

@@ -14,7 +14,9 @@ HEDGE_ON: dict[str, Any] = {"hedge": {"enabled": True, "max_extra_load": 0.05, "
 def test_no_hedging_when_disabled_or_before_any_sample() -> None:
     clock = FakeClock()
     assert make_route(2, clock).hedge_delay() is None
+    assert not make_route(2, clock).hedging
     route = make_route(2, clock, **HEDGE_ON)
+    assert route.hedging
     assert route.hedge_delay() is None
     assert not make_route(2, clock).try_acquire_hedge()
 
