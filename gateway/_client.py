@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import time
-from collections.abc import AsyncGenerator, Iterator, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -26,7 +27,7 @@ from gateway._credentials import CredentialSource, botocore_fetcher
 from gateway._eventstream import EventStreamDecoder, Message
 from gateway._httpx_transport import HttpxTransport
 from gateway._metrics import GatewayMetrics
-from gateway._pipeline import CallSpec, Invoker, TargetPlan, outcome_of
+from gateway._pipeline import Invoker, TargetPlan, outcome_of
 from gateway._signing import Credentials, SigV4Signer
 from gateway._transport import NativeTransport, Transport
 from gateway._wire import (
@@ -398,21 +399,26 @@ class Gateway:
                     "target_variant": target_variant,
                 },
             )
-        call = CallSpec(
+        deadline = time.monotonic() + timeout
+        credentials = self._credentials
+        if credentials is not None and credentials.must_wait():
+            await credentials.fresh()  # only inside the mandatory window
+        pinned = target_variant is not None
+        if key is None:
+            return await self._invoker.invoke(
+                route, target_model, before_host, after_host, pinned, body, deadline
+            )
+        load = functools.partial(
+            self._invoker.invoke,
             route,
             target_model,
             before_host,
             after_host,
-            target_variant is not None,
+            pinned,
             body,
-            time.monotonic() + timeout,
+            deadline,
         )
-        credentials = self._credentials
-        if credentials is not None and credentials.must_wait():
-            await credentials.fresh()  # only inside the mandatory window
-        if key is None:
-            return await self._invoker.invoke(call)
-        return await self._invoke_cached(call, key, cache_ttl or route.config.cache_ttl_s)
+        return await self._invoke_cached(load, key, cache_ttl or route.config.cache_ttl_s)
 
     def _cache_key(
         self,
@@ -430,13 +436,15 @@ class Gateway:
         )
         return self._cache.key_for(route, model, variant_key, content_type, accept, version, body)
 
-    async def _invoke_cached(self, call: CallSpec, key: str, ttl: float | None) -> InvokeResult:
+    async def _invoke_cached(
+        self, invoke: Callable[[], Awaitable[InvokeResult]], key: str, ttl: float | None
+    ) -> InvokeResult:
         cache = self._cache
         assert cache is not None
         loaded: list[InvokeResult] = []
 
         async def load() -> Entry:
-            result = await self._invoker.invoke(call)
+            result = await invoke()
             loaded.append(result)
             return _entry_from_result(result)
 

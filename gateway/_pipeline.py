@@ -89,6 +89,30 @@ class CallSpec:
     payload_hash: str = ""
 
 
+def _prepared(
+    plan: TargetPlan,
+    before_host: tuple[tuple[str, str], ...],
+    after_host: list[tuple[str, str]],
+    variant_pinned: bool,
+    body: bytes,
+    payload_hash: str,
+) -> PreparedRequest:
+    headers = [*before_host, ("host", plan.host), *after_host]
+    if plan.variant is not None and not variant_pinned:
+        # target-variant sorts last among the headers we send.
+        headers.append(("x-amzn-sagemaker-target-variant", plan.variant))
+    return PreparedRequest(
+        plan.origin,
+        plan.invoke_path,
+        plan.invoke_prefix,
+        headers,
+        body,
+        plan.signer,
+        payload_hash,
+        len(before_host) + 1,
+    )
+
+
 class _Race:
     """Shared by a call's primary attempt and its hedge."""
 
@@ -153,21 +177,14 @@ class Invoker:
     # -- one attempt ---------------------------------------------------------
 
     def _request(self, call: CallSpec, plan: TargetPlan) -> PreparedRequest:
-        before = call.before_host
-        headers = [*before, ("host", plan.host), *call.after_host]
-        if plan.variant is not None and not call.variant_pinned:
-            # target-variant sorts last among the headers we send.
-            headers.append(("x-amzn-sagemaker-target-variant", plan.variant))
         call.attempts += 1
-        return PreparedRequest(
-            plan.origin,
-            plan.invoke_path,
-            plan.invoke_prefix,
-            headers,
+        return _prepared(
+            plan,
+            call.before_host,
+            call.after_host,
+            call.variant_pinned,
             call.body,
-            plan.signer,
             call.payload_hash,
-            len(before) + 1,
         )
 
     async def _attempt(self, call: CallSpec, state: TargetState) -> InvokeResult:
@@ -210,33 +227,50 @@ class Invoker:
 
     # -- the call ------------------------------------------------------------
 
-    async def invoke(self, call: CallSpec) -> InvokeResult:
-        route = call.route
-        state = route.pick(call.model)
+    async def invoke(
+        self,
+        route: Route,
+        model: str | None,
+        before_host: tuple[tuple[str, str], ...],
+        after_host: list[tuple[str, str]],
+        variant_pinned: bool,
+        body: bytes,
+        deadline: float,
+    ) -> InvokeResult:
+        """One call (see :class:`CallSpec` for the arguments).
+
+        The plain path, one attempt that succeeds, is inlined here and builds
+        no CallSpec: only a hedge or a failure needs one.
+        """
+        state = route.pick(model)
         if state is None:
             raise errors.NoHealthyTarget(f"route {route.name}: every target is ejected")
         if route.hedging:
             delay = route.hedge_delay()
-            if delay is not None and time.monotonic() + delay < call.deadline:
+            if delay is not None and time.monotonic() + delay < deadline:
+                call = CallSpec(
+                    route, model, before_host, after_host, variant_pinned, body, deadline
+                )
                 return await self._invoke_hedged(call, state, delay)
-        # The plain path, inlined: one attempt, no extra coroutine frames.
         started = route.start(state)
         plan = self._plans.get(state) or self.plan(route, state)
+        request = _prepared(plan, before_host, after_host, variant_pinned, body, "")
         try:
-            response = await self._transport.request(self._request(call, plan), call.deadline)
-        except errors.GatewayError as error:
-            self._finish(call, state, started, error)
-            return await self._after_failure(call, error, [state])
-        except BaseException as error:
-            self._finish(call, state, started, error)
-            raise
-        if response.status == 200:
-            route.finish(state, started, _SUCCESS)
-            plan.metrics.record_success(time.monotonic() - started)
-            return result_from_response(response, plan.endpoint)
-        failure = decode_error(response)
+            response = await self._transport.request(request, deadline)
+            if response.status == 200:
+                route.finish(state, started, _SUCCESS)
+                plan.metrics.record_success(time.monotonic() - started)
+                return result_from_response(response, plan.endpoint)
+            failure: BaseException = decode_error(response)
+        except BaseException as error:  # recorded below, then retried or re-raised
+            failure = error
+        call = CallSpec(route, model, before_host, after_host, variant_pinned, body, deadline)
+        call.attempts = 1
+        call.payload_hash = request.payload_hash  # hashed once, whatever the attempts
         self._finish(call, state, started, failure)
-        return await self._after_failure(call, failure, [state])
+        if isinstance(failure, errors.GatewayError):
+            return await self._after_failure(call, failure, [state])
+        raise failure
 
     def _stamp(self, call: CallSpec, result: InvokeResult) -> InvokeResult:
         result.attempts = call.attempts
