@@ -261,7 +261,8 @@ class Route:
         """
         now = self._clock()
         target._outstanding += 1
-        self._hedge_budget.deposit()
+        if self.hedging:  # the hedge budget is only ever spent when hedging is on
+            self._hedge_budget.deposit()
         self._retry_budget.deposit_at(now)
         return now
 

@@ -117,7 +117,11 @@ class Router:
     def resolve(self, name: str) -> Route:
         """The configured route ``name``, or else the default route for endpoint ``name``."""
         route = self._routes.get(name)
-        return route if route is not None else self.default_route(name)
+        if route is None:
+            route = self._defaults.get(name)  # default_route's lookup, without the call
+            if route is None:
+                route = self.default_route(name)
+        return route
 
     def _default_config(self, endpoint_name: str) -> RouteConfig:
         targets = (Target(endpoint=endpoint_name),)
