@@ -9,9 +9,11 @@ share the call even with `max_wait=0`. Nobody waits past their deadline,
 whatever the scorer does: an expired row resolves as a failure (the filter
 keeps it) and a late answer is ignored.
 
-Cost per row is kept to a future and a small slot object: there is no timer
-per row. A waiting row needs none, because the one flush timer fires before
-any waiting row's deadline. A sent batch has one expiry timer at its
+Cost per row is kept to a future and one append to each of a few parallel
+lists (row, future, deadline, context, key): no object per row, and a batch
+hands its rows to the scorer as the list it already is. There is no timer
+per row either. A waiting row needs none, because the one flush timer fires
+before any waiting row's deadline. A sent batch has one expiry timer at its
 earliest unexpired deadline, re-armed as rows expire (rows of one batch
 arrive within `max_wait` of each other, so that is one or two timers per
 batch), plus the call's own timeout at its latest deadline. There is one
@@ -42,51 +44,40 @@ class BatchCounters:
     batch_sizes: dict[int, int] = field(default_factory=dict)  # size -> batches
 
 
-class _Pending(Generic[Result]):
-    __slots__ = ("context", "deadline", "future", "key", "row")
+class Batch(Generic[Result]):
+    """A batch in flight (what a `ScoreBatch` gets) and its one expiry timer.
+
+    Row `i` is ``rows[i]``, with ``futures[i]``, ``deadlines[i]``,
+    ``contexts[i]`` (passed to `finish`) and ``keys[i]`` ("" when none).
+    """
+
+    __slots__ = ("contexts", "deadlines", "expiry", "finish", "futures", "keys", "rows")
 
     def __init__(
         self,
-        row: bytes,
-        future: asyncio.Future[Result],
-        deadline: float,
-        context: float,
-        key: str,
+        rows: list[bytes],
+        futures: list[asyncio.Future[Result]],
+        deadlines: list[float],
+        contexts: list[float],
+        keys: list[str],
+        finish: Finish[Result],
     ) -> None:
-        self.row = row
-        self.future = future
-        self.deadline = deadline
-        self.context = context
-        self.key = key
-
-
-class Batch(Generic[Result]):
-    """A batch in flight (what a `ScoreBatch` gets) and its one expiry timer."""
-
-    __slots__ = ("entries", "expiry", "finish")
-
-    def __init__(self, entries: list[_Pending[Result]], finish: Finish[Result]) -> None:
-        self.entries = entries
+        self.rows = rows
+        self.futures = futures
+        self.deadlines = deadlines
+        self.contexts = contexts
+        self.keys = keys
         self.finish = finish
         self.expiry: asyncio.TimerHandle | None = None
 
     def __len__(self) -> int:
-        return len(self.entries)
-
-    @property
-    def rows(self) -> list[bytes]:
-        return [entry.row for entry in self.entries]
-
-    @property
-    def keys(self) -> list[str]:
-        """The key each row was submitted with ("" when none)."""
-        return [entry.key for entry in self.entries]
+        return len(self.rows)
 
     def resolve(self, index: int, score: float) -> None:
         """Answer row `index` now, before the batch's call returns (no-op if already done)."""
-        entry = self.entries[index]
-        if not entry.future.done():
-            entry.future.set_result(self.finish(score, entry.context))
+        future = self.futures[index]
+        if not future.done():
+            future.set_result(self.finish(score, self.contexts[index]))
 
 
 # (batch, timeout in seconds) -> one score per row, in row order; None for a row
@@ -115,7 +106,7 @@ class MicroBatcher(Generic[Result]):
         self._max_wait = max_wait
         self._call_time = call_time
         self._counters = counters
-        self._pending: list[_Pending[Result]] = []
+        self._start_queue()
         self._flush_at = 0.0
         self._flush_timer: asyncio.Handle | None = None
         self._in_flight: set[asyncio.Task[None]] = set()
@@ -139,13 +130,18 @@ class MicroBatcher(Generic[Result]):
             future.set_result(self._finish(None, context))
             return future
         deadline = now + budget
-        pending = self._pending
-        pending.append(_Pending(row, future, deadline, context, key))
-        if len(pending) >= self._max_batch:
+        rows = self._rows
+        rows.append(row)
+        self._futures.append(future)
+        self._deadlines.append(deadline)
+        self._contexts.append(context)
+        self._keys.append(key)
+        queued = len(rows)
+        if queued >= self._max_batch:
             self._flush()
             return future
         flush_at = deadline - self._call_time
-        if len(pending) == 1:
+        if queued == 1:
             flush_at = min(flush_at, now + self._max_wait)
         elif flush_at >= self._flush_at:
             return future  # the batch is already due earlier
@@ -158,11 +154,27 @@ class MicroBatcher(Generic[Result]):
     async def aclose(self) -> None:
         """Fail queued rows (they are kept) and cancel calls in flight."""
         self._cancel_flush_timer()
-        pending, self._pending = self._pending, []
-        self._resolve_failed(pending)
+        queued = self._take_batch()
+        self._resolve_failed(queued.futures, queued.contexts)
         for task in list(self._in_flight):
             task.cancel()
         await asyncio.gather(*self._in_flight, return_exceptions=True)
+
+    def _start_queue(self) -> None:
+        """An empty queue: one list per row attribute, as a `Batch` holds them."""
+        self._rows: list[bytes] = []
+        self._futures: list[asyncio.Future[Result]] = []
+        self._deadlines: list[float] = []
+        self._contexts: list[float] = []
+        self._keys: list[str] = []
+
+    def _take_batch(self) -> Batch[Result]:
+        """The queued rows as a Batch; the queue starts over empty."""
+        batch = Batch(
+            self._rows, self._futures, self._deadlines, self._contexts, self._keys, self._finish
+        )
+        self._start_queue()
+        return batch
 
     def _schedule_flush(self, loop: asyncio.AbstractEventLoop, when: float, now: float) -> None:
         self._cancel_flush_timer()
@@ -180,28 +192,27 @@ class MicroBatcher(Generic[Result]):
 
     def _flush(self) -> None:
         self._cancel_flush_timer()
-        batch, self._pending = self._pending, []
-        if not batch:
+        if not self._rows:
             return
+        batch = self._take_batch()
         counters = self._counters
         size = len(batch)
         counters.batches += 1
         counters.batch_sizes[size] = counters.batch_sizes.get(size, 0) + 1
-        task = asyncio.get_running_loop().create_task(self._send(Batch(batch, self._finish)))
+        task = asyncio.get_running_loop().create_task(self._send(batch))
         self._in_flight.add(task)
         task.add_done_callback(self._in_flight.discard)
 
-    async def _send(self, sent: Batch[Result]) -> None:
-        batch = sent.entries
-        deadlines = [entry.deadline for entry in batch]
+    async def _send(self, batch: Batch[Result]) -> None:
+        deadlines = batch.deadlines
         first, last = min(deadlines), max(deadlines)
         loop = asyncio.get_running_loop()
         if first < last:
-            sent.expiry = loop.call_at(first, self._expire_due, sent)
+            batch.expiry = loop.call_at(first, self._expire_due, batch)
         try:
             # The scorer gets the timeout, but is not trusted to honour it.
             async with asyncio.timeout_at(last):
-                scores = await self._score_batch(sent, last - loop.time())
+                scores = await self._score_batch(batch, last - loop.time())
             if len(scores) != len(batch):
                 raise ValueError(f"{len(scores)} scores for {len(batch)} rows")
         except asyncio.CancelledError:
@@ -214,44 +225,45 @@ class MicroBatcher(Generic[Result]):
             self._fail(batch, timed_out=False)
             return
         finally:
-            if sent.expiry is not None:
-                sent.expiry.cancel()
+            if batch.expiry is not None:
+                batch.expiry.cancel()
         finish = self._finish
-        for entry, score in zip(batch, scores, strict=True):
-            future = entry.future
+        for future, context, score in zip(batch.futures, batch.contexts, scores, strict=True):
             if not future.done():
                 if score is None:
                     self._counters.errors += 1
-                future.set_result(finish(score, entry.context))
+                future.set_result(finish(score, context))
 
-    def _expire_due(self, sent: Batch[Result]) -> None:
+    def _expire_due(self, batch: Batch[Result]) -> None:
         """Fail the rows whose deadline has come; re-arm for the next one."""
         loop = asyncio.get_running_loop()
         now = loop.time()
         finish = self._finish
         next_deadline = None
-        for entry in sent.entries:
-            if entry.future.done():
+        for future, deadline, context in zip(
+            batch.futures, batch.deadlines, batch.contexts, strict=True
+        ):
+            if future.done():
                 continue
-            if entry.deadline <= now:
+            if deadline <= now:
                 self._counters.timeouts += 1
-                entry.future.set_result(finish(None, entry.context))
-            elif next_deadline is None or entry.deadline < next_deadline:
-                next_deadline = entry.deadline
-        sent.expiry = None
+                future.set_result(finish(None, context))
+            elif next_deadline is None or deadline < next_deadline:
+                next_deadline = deadline
+        batch.expiry = None
         if next_deadline is not None:
-            sent.expiry = loop.call_at(next_deadline, self._expire_due, sent)
+            batch.expiry = loop.call_at(next_deadline, self._expire_due, batch)
 
-    def _fail(self, batch: list[_Pending[Result]], *, timed_out: bool) -> None:
-        unanswered = [entry for entry in batch if not entry.future.done()]
+    def _fail(self, batch: Batch[Result], *, timed_out: bool) -> None:
+        unanswered = sum(not future.done() for future in batch.futures)
         if timed_out:
-            self._counters.timeouts += len(unanswered)
+            self._counters.timeouts += unanswered
         else:
-            self._counters.errors += len(unanswered)
-        self._resolve_failed(unanswered)
+            self._counters.errors += unanswered
+        self._resolve_failed(batch.futures, batch.contexts)
 
-    def _resolve_failed(self, entries: list[_Pending[Result]]) -> None:
+    def _resolve_failed(self, futures: list[asyncio.Future[Result]], contexts: list[float]) -> None:
         finish = self._finish
-        for entry in entries:
-            if not entry.future.done():
-                entry.future.set_result(finish(None, entry.context))
+        for future, context in zip(futures, contexts, strict=True):
+            if not future.done():
+                future.set_result(finish(None, context))

@@ -39,7 +39,7 @@ def device_class(value: str | int | None) -> int:
         return UNKNOWN
     if type(value) is int:
         return _DEVICETYPE_CLASS.get(value, UNKNOWN)
-    ua = str(value)
+    ua = value if type(value) is str else str(value)  # str() of a str still costs a call
     cached = _cache.get(ua)
     if cached is None:
         cached = _classify(ua.lower())

@@ -44,7 +44,7 @@ from typing import Any, Final
 import orjson
 
 from gateway.rtb import _useragent
-from gateway.rtb.request import BidRequest
+from gateway.rtb.request import BidRequest, Record, record_index
 
 __all__ = [
     "BUNDLED_FEATURES_PATH",
@@ -65,6 +65,7 @@ _COMBINES: Final = frozenset({"first", "join"})
 Value = int | float
 _ValuesFunction = Callable[[BidRequest, int], list[Value]]
 _RowFunction = Callable[[BidRequest, int], bytes]
+_RecordRowFunction = Callable[[Record, int], bytes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +140,7 @@ class FeatureSpec:
     features: tuple[Feature, ...]
     _values: _ValuesFunction = field(init=False, repr=False, compare=False)
     _row: _RowFunction = field(init=False, repr=False, compare=False)
+    _record_row: _RecordRowFunction = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         names = [f.name for f in self.features]
@@ -146,9 +148,10 @@ class FeatureSpec:
             raise ValueError("feature spec: duplicate feature names")
         if not names:
             raise ValueError("feature spec: no features")
-        values, row = _compile(self.features)
+        values, row, record_row = _compile(self.features)
         object.__setattr__(self, "_values", values)
         object.__setattr__(self, "_row", row)
+        object.__setattr__(self, "_record_row", record_row)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -161,6 +164,10 @@ class FeatureSpec:
     def to_csv_row(self, request: BidRequest, now: float | None = None) -> bytes:
         """One headerless CSV row, no line terminator: the SageMaker XGBoost input."""
         return self._row(request, int(time.time() if now is None else now))
+
+    def record_csv_row(self, record: Record, now: float | None = None) -> bytes:
+        """`to_csv_row` of a `parse_record` record: the same bytes, without the view."""
+        return self._record_row(record, int(time.time() if now is None else now))
 
     def with_vocabularies(self, vocabularies: Mapping[str, Sequence[str]]) -> FeatureSpec:
         """A copy whose named categorical features use the given vocabularies."""
@@ -228,50 +235,69 @@ def load_bundled_spec() -> FeatureSpec:
     return FeatureSpec.load(BUNDLED_FEATURES_PATH)
 
 
-# --- compilation: the whole spec becomes one generated function ---
+# --- compilation: the whole spec becomes generated functions ---
 #
 # Reading a handful of attributes per feature through generic path-walking
 # closures costs ~1 us per feature; straight-line code with the paths and
 # vocabularies baked in costs a fraction of that, and this runs per request.
+# Three functions come out of one spec: `values` (numbers) and `row` (CSV)
+# read the view, `record_row` reads the same paths from a record by index.
+# Each path, and each object on the way (``device``, ``device.geo``), is read
+# once per call however many features use it, and the rows take categorical
+# indexes as text from a table rather than formatting ints.
 
 
-def _compile(features: Sequence[Feature]) -> tuple[_ValuesFunction, _RowFunction]:
+def _compile(
+    features: Sequence[Feature],
+) -> tuple[_ValuesFunction, _RowFunction, _RecordRowFunction]:
     namespace: dict[str, Any] = {"crc32": zlib.crc32, "device_class": _useragent.device_class}
-    body: list[str] = []
-    for i, feature in enumerate(features):
-        body += _feature_lines(feature, f"v{i}", namespace, i)
     names = [f"v{i}" for i in range(len(features))]
     csv = ",".join("{" + name + "}" for name in names)
-    source = "\n".join(
-        [
-            *("def values(r, t):", *body, f"    return [{', '.join(names)}]"),
-            *("def row(r, t):", *body, f'    return f"{csv}".encode()'),
-        ]
-    )
-    exec(compile(source, "<feature spec>", "exec"), namespace)
-    return namespace["values"], namespace["row"]
+    source: list[str] = []
+    for function, record, text in (
+        ("values", False, False),
+        ("row", False, True),
+        ("record_row", True, True),
+    ):
+        reads = _Reads(record=record)
+        body: list[str] = []
+        for i, feature in enumerate(features):
+            body += _feature_lines(feature, f"v{i}", namespace, i, reads, text=text)
+        result = f'f"{csv}".encode()' if text else f"[{', '.join(names)}]"
+        source += [f"def {function}(r, t):", *reads.lines, *body, f"    return {result}"]
+    exec(compile("\n".join(source), "<feature spec>", "exec"), namespace)
+    return namespace["values"], namespace["row"], namespace["record_row"]
 
 
 def _reader(feature: Feature) -> Callable[[BidRequest], Any]:
     """The raw (untransformed) value of one feature; used to build vocabularies."""
     namespace: dict[str, Any] = {}
-    source = "\n".join(["def read(r):", *_read_lines(feature, "x"), "    return x"])
+    reads = _Reads(record=False)
+    body = _read_lines(feature, "x", reads)
+    source = "\n".join(["def read(r):", *reads.lines, *body, "    return x"])
     exec(compile(source, f"<feature {feature.name}>", "exec"), namespace)
     read: Callable[[BidRequest], Any] = namespace["read"]
     return read
 
 
-def _feature_lines(feature: Feature, target: str, namespace: dict[str, Any], i: int) -> list[str]:
+def _feature_lines(
+    feature: Feature, target: str, namespace: dict[str, Any], i: int, reads: _Reads, *, text: bool
+) -> list[str]:
+    """Code that leaves the feature's value in `target` (its CSV text if `text`)."""
     transform = feature.transform
     if transform == "hour":
         return [f"    {target} = (t % 86400) // 3600"]
     if transform == "day_of_week":
         # 1970-01-01 was a Thursday; Monday is 0 as in datetime.weekday().
         return [f"    {target} = (t // 86400 + 3) % 7"]
-    lines = _read_lines(feature, "x")
+    lines = _read_lines(feature, "x", reads)
     if transform == "categorical":
-        namespace[f"index{i}"] = {v: n for n, v in enumerate(feature.vocabulary, start=1)}
-        lines.append(f"    {target} = index{i}.get(x, 0)")
+        if text:
+            namespace[f"text{i}"] = {v: str(n) for n, v in enumerate(feature.vocabulary, start=1)}
+            lines.append(f"    {target} = text{i}.get(x, '0')")
+        else:
+            namespace[f"index{i}"] = {v: n for n, v in enumerate(feature.vocabulary, start=1)}
+            lines.append(f"    {target} = index{i}.get(x, 0)")
     elif transform == "hash":
         lines.append(
             f"    {target} = 0 if x is None else crc32(str(x).encode()) % {feature.buckets} + 1"
@@ -293,46 +319,69 @@ def _numeric(default: float) -> Callable[[Any], float]:
     return numeric
 
 
-def _read_lines(feature: Feature, target: str) -> list[str]:
+def _read_lines(feature: Feature, target: str, reads: _Reads) -> list[str]:
     """Code that leaves the feature's raw value (or None) in `target`."""
-    parts = [f"p{k}" for k in range(len(feature.paths))]
-    lines = [f"    {part} = None" for part in parts]
-    for part, path in zip(parts, feature.paths, strict=True):
-        if feature.combine == "first" and part != "p0":
-            lines.append(f"    if {target} is None:")
-            lines += ["    " + line for line in _path_lines(path, part)]
-            lines.append(f"        {target} = {part}")
-        else:
-            lines += _path_lines(path, part)
-        if feature.combine == "first" and part == "p0":
-            lines.append(f"    {target} = p0")
-    if feature.combine == "join" and len(parts) > 1:
-        none = " and ".join(f"{part} is None" for part in parts)
-        joined = "/".join("{'' if " + p + " is None else " + p + "}" for p in parts)
-        lines.append(f'    {target} = None if {none} else f"{joined}"')
-    elif feature.combine == "join":
-        lines.append(f"    {target} = p0")
-    return lines
+    values = [reads.value(path) for path in feature.paths]
+    if feature.combine == "first" or len(values) == 1:
+        lines = [f"    {target} = {values[0]}"]
+        for value in values[1:]:  # the first path that has a value
+            lines += [f"    if {target} is None:", f"        {target} = {value}"]
+        return lines
+    none = " and ".join(f"{value} is None" for value in values)
+    joined = "/".join("{'' if " + value + " is None else " + value + "}" for value in values)
+    return [f'    {target} = None if {none} else f"{joined}"']
 
 
-def _path_lines(path: str, target: str) -> list[str]:
-    """Walk `path` from `r`, stopping at the first None."""
-    lines: list[str] = []
-    pad = "    "
-    source = "r"
-    steps = path.split(".")
-    for j, step in enumerate(steps):
+class _Reads:
+    """Reads of paths from `r` (a view, or a record if `record`) into locals.
+
+    Every path and every object on the way is read once, by the code in
+    `lines` (which goes before the code using the locals); a path that
+    meets None on the way reads as None.
+    """
+
+    def __init__(self, *, record: bool) -> None:
+        self.record = record
+        self.lines: list[str] = []
+        self._locals: dict[str, str] = {}  # path prefix -> local holding it
+
+    def value(self, path: str) -> str:
+        """The local holding the path's value."""
+        names = path.split(".")
+        source = "r"
+        for k, step in enumerate(_steps(path, record=self.record)):
+            prefix = ".".join(names[: k + 1])
+            local = self._locals.get(prefix)
+            if local is None:
+                local = self._locals[prefix] = f"n{len(self._locals)}"
+                self.lines.append(f"    {local} = {_access(source, step)}")
+            source = local
+        return source
+
+
+def _access(source: str, step: str | int) -> str:
+    """One step from `source` (`r`, never None, or a local that may be None)."""
+    if isinstance(step, int):
+        read = f"({source}[{step}] if len({source}) > {step} else None)"
+    else:
+        read = f"{source}{step}"
+    return read if source == "r" else f"(None if {source} is None else {read})"
+
+
+def _steps(path: str, *, record: bool) -> list[str | int]:
+    """Per step of a (checked) path: a list index, or how to read the field
+    (`.name` on a view, `[position]` on a record)."""
+    steps: list[str | int] = []
+    kind: Any = BidRequest
+    for step in path.split("."):
+        kind = _unwrap_optional(kind)
         if step.isdigit():
-            access = f"{source}[{step}] if len({source}) > {step} else None"
-        else:
-            access = f"{source}.{step}"
-        if j == len(steps) - 1:
-            lines.append(f"{pad}{target} = {access}")
-        else:
-            lines += [f"{pad}o = {access}", f"{pad}if o is not None:"]
-            pad += "    "
-            source = "o"
-    return lines
+            steps.append(int(step))
+            kind = typing.get_args(kind)[0]
+            continue
+        steps.append(f"[{record_index(kind, step)}]" if record else f".{step}")
+        kind = typing.get_type_hints(kind)[step]
+    return steps
 
 
 def _check_path(path: str, feature: str) -> None:

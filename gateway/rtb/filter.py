@@ -33,7 +33,6 @@ import enum
 import functools
 import math
 import random
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
@@ -41,7 +40,7 @@ from typing import Any, Final, Protocol
 from cache import Entry, PredictionCacheProtocol
 from gateway.rtb._batcher import Batch, BatchCounters, MicroBatcher
 from gateway.rtb.features import FeatureSpec, load_bundled_spec
-from gateway.rtb.request import BidRequest, parse_bid_request
+from gateway.rtb.request import BidRequest, parse_record, record_index, record_view
 from gateway.rtb.xgb import BUNDLED_MODEL_PATH, XGBoostModel
 
 __all__ = [
@@ -146,13 +145,20 @@ class FilterPolicy:
         if not 0.0 <= self.explore_share <= 1.0:
             raise ValueError("explore_share must be within [0, 1]")
 
-    def threshold_for(self, request: BidRequest, route: str | None = None) -> float:
+    def threshold_for(self, request: BidRequest | None, route: str | None = None) -> float:
+        """The threshold that applies to `request` (sent on `route`).
+
+        `request` is only read for segment thresholds: None will do without them.
+        """
         if route is not None and route in self.route_thresholds:
             return self.route_thresholds[route]
-        for dimension, by_value in self.segment_thresholds.items():
-            value = _segment_value(request, dimension)
-            if value is not None and value in by_value:
-                return by_value[value]
+        if self.segment_thresholds:
+            if request is None:
+                raise ValueError("segment thresholds need the request")
+            for dimension, by_value in self.segment_thresholds.items():
+                value = _segment_value(request, dimension)
+                if value is not None and value in by_value:
+                    return by_value[value]
         return self.threshold
 
 
@@ -275,12 +281,26 @@ class BidFilter:
         data handler, a load generator): no task is needed per request.
         Parsing happens here, so `InvalidBidRequest` is raised at once.
         """
-        parsed = request if isinstance(request, BidRequest) else parse_bid_request(request)
-        row = self._spec.to_csv_row(parsed, time.time() if now is None else now)
+        spec = self._spec
+        policy = self._policy
+        segmented = bool(policy.segment_thresholds)
+        if isinstance(request, BidRequest):
+            view: BidRequest | None = request
+            row = spec.to_csv_row(request, now)
+            tmax = request.tmax
+        else:
+            # Raw bytes stop at the record: the row and tmax are read from it,
+            # and the view is built only if a segment threshold has to look.
+            record = parse_record(request)
+            row = spec.record_csv_row(record, now)
+            tmax = record[_TMAX]
+            view = record_view(record) if segmented else None
         if budget is None:
-            tmax = parsed.tmax
             budget = tmax / 1000.0 - self._tmax_margin if tmax else self._default_budget
-        threshold = self._policy.threshold_for(parsed, route)
+        if route is None and not segmented:
+            threshold = policy.threshold
+        else:
+            threshold = policy.threshold_for(view, route)
         cache = self._cache
         if cache is None:
             return self._batcher.submit(row, budget, threshold)
@@ -408,7 +428,7 @@ class BidFilter:
         mine: dict[str, int] = {}  # key -> position in this call's body
         send: list[bytes] = []
         followed: list[tuple[int, asyncio.Future[dict[str, float]]]] = []
-        entries = batch.entries
+        rows = batch.rows
         own: asyncio.Future[dict[str, float]] = asyncio.get_running_loop().create_future()
         for index in missing:
             key = keys[index]
@@ -419,7 +439,7 @@ class BidFilter:
                 followed.append((index, other))
                 continue
             mine[key] = len(send)
-            send.append(entries[index].row)
+            send.append(rows[index])
             inflight[key] = own
         answered: dict[str, float] = {}
         try:
@@ -458,6 +478,7 @@ class BidFilter:
 
 
 _KEY_MEMO_LIMIT: Final = 16384
+_TMAX: Final = record_index(BidRequest, "tmax")
 
 _OWN_COUNTERS: Final = (
     "kept",
@@ -480,8 +501,8 @@ def _score_fields(body: bytes, rows: int) -> list[bytes]:
 
 
 def _parse_scores(fields: list[bytes]) -> list[float]:
-    scores = [float(f) for f in fields]
-    if not all(math.isfinite(s) for s in scores):
+    scores = list(map(float, fields))
+    if not all(map(math.isfinite, scores)):
         raise ValueError("model returned a non-finite score")
     return scores
 
