@@ -94,6 +94,7 @@ class Plan:
     model_latency_ms: float
     max_batch: int
     max_wait_ms: float
+    min_batch: int
     threshold: float
     cache: tuple[bool, ...] = (False,)
     gc: str = "frozen"  # one of GC_MODES
@@ -259,7 +260,7 @@ async def measure(
     async with Gateway(region="us-east-1", endpoint_url=url, credentials=("AK", "SK")) as gw:
         bid_filter = BidFilter(
             gw, "bid-filter", policy=policy, max_batch=plan.max_batch,
-            max_wait=plan.max_wait_ms / 1000, cache=score_cache,
+            min_batch=plan.min_batch, max_wait=plan.max_wait_ms / 1000, cache=score_cache,
         )  # fmt: skip
         # Frozen once everything long-lived exists, as an embedding application
         # would after its start-up; undone after the rate, so that each rate
@@ -424,6 +425,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--upstreams", default="emulator,stub", help="emulator, stub or both")
     parser.add_argument("--model-latency-ms", type=float, default=1.0)
     parser.add_argument("--max-batch", type=int, default=64)
+    parser.add_argument("--min-batch", type=int, default=16)
     parser.add_argument("--max-wait-ms", type=float, default=1.0)
     parser.add_argument("--threshold", type=float, default=0.01)
     parser.add_argument(
@@ -455,6 +457,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         model_latency_ms=args.model_latency_ms,
         max_batch=args.max_batch,
         max_wait_ms=args.max_wait_ms,
+        min_batch=args.min_batch,
         threshold=args.threshold,
         cache=(False, True) if args.cache else (False,),
         gc=args.gc,

@@ -1,11 +1,17 @@
 """Micro-batching of CSV rows into one scoring call, bounded by every row's deadline.
 
 A batch is sent when it is full, when the oldest row has waited `max_wait`,
-or as soon as some row's deadline is closer than one expected call
-(`call_time`): a deadline-near row flushes the batch early rather than
-waiting for company. "As soon as" means at the end of the current loop
-turn, so rows that arrive together (one burst, one read of many requests)
-share the call even with `max_wait=0`. Nobody waits past their deadline,
+as soon as it holds `min_batch` rows, or as soon as some row's deadline is
+closer than one expected call (`call_time`): a deadline-near row flushes
+the batch early rather than waiting for company. "As soon as" means at the
+end of the current loop turn, so rows that arrive together (one burst, one
+read of many requests) share the call even with `max_wait=0`.
+
+`min_batch` is group commit: under load, rows arrive many to a loop turn
+and a batch worth a call goes out at once instead of waiting out
+`max_wait` (which only ever adds latency then); under light load a batch
+still waits up to `max_wait` for company, so the number of calls stays
+bounded by the row rate divided by `min_batch`. Nobody waits past their deadline,
 whatever the scorer does: an expired row resolves as a failure (the filter
 keeps it) and a late answer is ignored.
 
@@ -97,12 +103,14 @@ class MicroBatcher(Generic[Result]):
         max_wait: float,
         call_time: float,
         counters: BatchCounters,
+        min_batch: int = 1,
     ) -> None:
-        if max_batch < 1 or max_wait < 0 or call_time < 0:
-            raise ValueError("max_batch must be >= 1; max_wait and call_time >= 0")
+        if max_batch < 1 or min_batch < 1 or max_wait < 0 or call_time < 0:
+            raise ValueError("max_batch and min_batch must be >= 1; max_wait and call_time >= 0")
         self._score_batch = score_batch
         self._finish = finish
         self._max_batch = max_batch
+        self._min_batch = min_batch
         self._max_wait = max_wait
         self._call_time = call_time
         self._counters = counters
@@ -141,7 +149,9 @@ class MicroBatcher(Generic[Result]):
             self._flush()
             return future
         flush_at = deadline - self._call_time
-        if queued == 1:
+        if queued == self._min_batch:
+            flush_at = now  # enough rows to be worth a call: no more waiting
+        elif queued == 1:
             flush_at = min(flush_at, now + self._max_wait)
         elif flush_at >= self._flush_at:
             return future  # the batch is already due earlier

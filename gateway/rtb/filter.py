@@ -188,6 +188,10 @@ class BidFilter:
     `default_budget`. No request is held past it: the batch is flushed early
     for deadline-near requests, and unanswered ones fail open.
 
+    Batching: at most `max_batch` rows a scoring call; a batch goes at the
+    end of the loop turn in which it reaches `min_batch` rows, else when its
+    oldest row has waited `max_wait` (see `gateway.rtb._batcher`).
+
     `cache` (e.g. ``gateway.prediction_cache``; never picked up implicitly)
     shares scores between identical feature rows, see the module docstring;
     `model_version` goes into every key, `cache_timeout` bounds a batch's
@@ -202,6 +206,7 @@ class BidFilter:
         spec: FeatureSpec | None = None,
         policy: FilterPolicy | None = None,
         max_batch: int = 32,
+        min_batch: int = 8,
         max_wait: float = 0.001,
         call_time: float = 0.002,
         default_budget: float = 0.020,
@@ -238,6 +243,7 @@ class BidFilter:
             self._score_batch if cache is None else self._score_batch_cached,
             self._apply,
             max_batch=max_batch,
+            min_batch=min_batch,
             max_wait=max_wait,
             call_time=call_time,
             counters=self._batch_counters,

@@ -73,6 +73,7 @@ class RtbConfig:
     shadow: bool = False
     seed: int | None = None
     max_batch: int = 32
+    min_batch: int = 8
     max_wait_ms: float = 1.0
     call_time_ms: float = 2.0
     tmax_margin_ms: float = 50.0
@@ -117,6 +118,7 @@ _FIELDS: Final[dict[str, tuple[str, float]]] = {
     "shadow": ("bool", 0),
     "seed": ("int", 0),
     "max_batch": ("int", 1),
+    "min_batch": ("int", 1),
     "max_wait_ms": ("float", 0),
     "call_time_ms": ("float", 0),
     "tmax_margin_ms": ("float", 0),
@@ -292,6 +294,7 @@ class RtbProxy:
             config.endpoint,
             policy=config.policy(),
             max_batch=config.max_batch,
+            min_batch=config.min_batch,
             max_wait=config.max_wait_ms / 1000,
             call_time=config.call_time_ms / 1000,
             default_budget=config.default_budget_ms / 1000,

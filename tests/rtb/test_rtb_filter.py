@@ -125,6 +125,23 @@ async def test_no_wait_still_batches_what_arrives_in_one_loop_turn() -> None:
     assert scorer.batches == [5, 1]
 
 
+async def test_a_batch_of_min_batch_rows_goes_at_the_end_of_the_turn() -> None:
+    # Group commit: enough rows for a call do not wait out max_wait...
+    scorer = EchoScorer()
+    bid_filter = make_filter(scorer, max_batch=100, min_batch=3, max_wait=10.0)
+    burst = [bid_filter.submit(bid(s / 10, tmax=5000), now=0) for s in range(4)]
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert all(future.done() for future in burst)
+    assert scorer.batches == [4]  # the rows of the same turn went along
+    # ...while fewer rows still wait for company.
+    lonely = [bid_filter.submit(bid(0.9, tmax=5000), now=0) for _ in range(2)]
+    await asyncio.sleep(0.01)
+    assert not any(future.done() for future in lonely)
+    assert scorer.batches == [4]
+    await bid_filter.aclose()
+
+
 async def test_deadline_near_request_flushes_early() -> None:
     scorer = EchoScorer()
     bid_filter = make_filter(scorer, max_batch=100, max_wait=1.0, call_time=0.002)

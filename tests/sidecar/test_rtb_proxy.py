@@ -214,6 +214,7 @@ async def test_sidecar_command_runs_proxy_mode(
         ({"bidders": ["http://b"], "route_thresholds": {"x": -1}}, "rtb.route_thresholds.x"),
         ({"bidders": ["http://b"], "segment_thresholds": {"color": {}}}, "rtb.segment_thresholds"),
         ({"bidders": ["http://b"], "max_batch": 0}, "rtb.max_batch"),
+        ({"bidders": ["http://b"], "min_batch": 0}, "rtb.min_batch"),
         ({"bidders": ["http://b"], "path": "auction"}, "rtb.path"),
         ({"bidders": ["http://b"], "shadow": "yes"}, "rtb.shadow"),
         ({"bidders": ["http://b"], "tmax": 5}, "rtb.tmax"),
@@ -230,6 +231,7 @@ def test_config_defaults_and_values() -> None:
             "bidders": "http://ads:8080/bid",
             "segment_thresholds": {"format": {"video": 0.002}},
             "max_wait_ms": 0.5,
+            "min_batch": 4,
         }
     )
     assert parsed.bidders == ("http://ads:8080/bid",)
@@ -238,5 +240,6 @@ def test_config_defaults_and_values() -> None:
         "bid-filter",
         0.01,
     )
-    assert parsed.max_wait_ms == 0.5 and parsed.max_batch == 32
+    assert (parsed.max_wait_ms, parsed.max_batch, parsed.min_batch) == (0.5, 32, 4)
+    assert RtbConfig.from_mapping({"bidders": ["http://b"]}).min_batch == 8
     assert parsed.policy().segment_thresholds == {"format": {"video": 0.002}}
