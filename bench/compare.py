@@ -289,9 +289,9 @@ async def _measure_async(
         first = body_of(await call(0))
         if first != expected_body:
             raise SystemExit(f"unexpected body from the stub: {first!r}")
-        warm_failures = _Failures()
         started = time.perf_counter()
-        await _concurrent(call, plan.concurrency, plan.warm, warm_failures)
+        # Failures while warming up are not reported: only the measured calls count.
+        await _concurrent(call, plan.concurrency, plan.warm, _Failures())
         calls = plan.round_calls(plan.warm / (time.perf_counter() - started))
         for _ in range(100):
             await call(0)

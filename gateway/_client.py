@@ -32,7 +32,6 @@ from gateway._signing import Credentials, SigV4Signer
 from gateway._transport import NativeTransport, Transport
 from gateway._wire import (
     INVOKE_HEADERS,
-    MAX_PAYLOAD_BYTES,
     AsyncInvocation,
     InvokeResult,
     Origin,
@@ -355,8 +354,7 @@ class Gateway:
         route = self._router.resolve(endpoint)
         if timeout is None:
             timeout = route.timeout_s or self._default_timeout
-        if len(body) > MAX_PAYLOAD_BYTES:
-            check_payload(body)  # raises, saying why
+        check_payload(body)
         before_host = self._before_host_cache.get((content_type, accept))
         if before_host is None:
             before_host = self._before_host(content_type, accept)

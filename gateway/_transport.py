@@ -258,10 +258,7 @@ class _Connection(asyncio.Protocol):
             self._status, None, body[0] if len(body) == 1 else b"".join(body), self._head
         )
         keep = self._keep_alive and not self.closed
-        # _reset_message, inlined: this runs once per response.
-        self._status = self._body_size = 0
-        self._body = []
-        self._headers_done = False
+        self._reset_message()
         self._waiter = self._stream = None
         if stream is not None:
             stream.finish()
@@ -281,11 +278,7 @@ class _Connection(asyncio.Protocol):
     def send(self, data: bytes, reused: bool) -> asyncio.Future[RawResponse]:
         assert self._transport is not None
         waiter = self._waiter = self._loop.create_future()
-        # _start_message, inlined: this runs once per request.
-        self._got_bytes = False
-        self._reused = reused
-        self._head_chunks = []
-        self._head_bytes = self._head_start = 0
+        self._start_message(reused)
         self._transport.write(data)
         return waiter
 
@@ -697,11 +690,8 @@ class _OriginPool:
             connection.close()
             return
         connection.last_used = time.monotonic()
-        if self._waiters and self._wake_waiter(connection):
-            return
-        self._idle.append(connection)
-        if self._reaper is None:
-            self._schedule_reaper()
+        if not (self._waiters and self._wake_waiter(connection)):
+            self._push_idle(connection)
 
     def _wake_waiter(self, connection: _Connection | None) -> bool:
         while self._waiters:

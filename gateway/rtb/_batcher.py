@@ -11,9 +11,10 @@ read of many requests) share the call even with `max_wait=0`.
 and a batch worth a call goes out at once instead of waiting out
 `max_wait` (which only ever adds latency then); under light load a batch
 still waits up to `max_wait` for company, so the number of calls stays
-bounded by the row rate divided by `min_batch`. Nobody waits past their deadline,
-whatever the scorer does: an expired row resolves as a failure (the filter
-keeps it) and a late answer is ignored.
+bounded by the row rate divided by `min_batch`.
+
+Nobody waits past their deadline, whatever the scorer does: an expired row
+resolves as a failure (the filter keeps it) and a late answer is ignored.
 
 Cost per row is kept to a future and one append to each of a few parallel
 lists (row, future, deadline, context, key): no object per row, and a batch
