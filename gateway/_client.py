@@ -18,17 +18,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-import orjson
-
 from cache import CacheConfig, CacheConfigError, CacheSource, Entry, PredictionCache
 from gateway import errors
 from gateway._config import GatewayConfig, PoolConfig
 from gateway._credentials import CredentialSource, botocore_fetcher
-from gateway._eventstream import EventStreamDecoder, Message
 from gateway._httpx_transport import HttpxTransport
 from gateway._metrics import GatewayMetrics
 from gateway._pipeline import Invoker, TargetPlan, outcome_of
 from gateway._signing import Credentials, SigV4Signer
+from gateway._streaming import OpenedStream, payload_parts
 from gateway._transport import NativeTransport, Transport
 from gateway._wire import (
     INVOKE_HEADERS,
@@ -36,7 +34,6 @@ from gateway._wire import (
     InvokeResult,
     Origin,
     PreparedRequest,
-    RawResponse,
     RequestSigner,
     async_invocation_from_response,
     check_endpoint_name,
@@ -486,23 +483,26 @@ class Gateway:
         never hedged or retried: a partly delivered stream cannot be replayed.
         """
         stream = InvokeStream()
-        stream._parts = self._stream_parts(
-            stream,
-            endpoint,
-            body,
-            content_type=content_type,
-            accept=accept,
-            target_variant=target_variant,
-            target_container_hostname=target_container_hostname,
-            inference_id=inference_id,
-            custom_attributes=custom_attributes,
-            inference_component=inference_component,
-            session_id=session_id,
-            timeout=timeout,
+        stream._parts = payload_parts(
+            functools.partial(
+                self._open_stream,
+                stream,
+                endpoint,
+                body,
+                content_type=content_type,
+                accept=accept,
+                target_variant=target_variant,
+                target_container_hostname=target_container_hostname,
+                inference_id=inference_id,
+                custom_attributes=custom_attributes,
+                inference_component=inference_component,
+                session_id=session_id,
+                timeout=timeout,
+            )
         )
         return stream
 
-    async def _stream_parts(
+    async def _open_stream(
         self,
         into: InvokeStream,
         endpoint: str,
@@ -517,7 +517,7 @@ class Gateway:
         inference_component: str | None,
         session_id: str | None,
         timeout: float | None,
-    ) -> AsyncGenerator[bytes, None]:
+    ) -> OpenedStream:
         route, state, plan = self._pick_single(endpoint)
         if timeout is None:
             timeout = route.timeout_s or self._default_timeout
@@ -540,29 +540,15 @@ class Gateway:
         )
         await self._ensure_credentials()
         started = route.start(state)
-        outcome_error: BaseException | None = None
+        finish = functools.partial(self._finish_single, route, state, plan, started)
         try:
             stream = await self._transport.stream(request, deadline)
-            into.response_headers = stream.headers
-            into.target = plan.endpoint
-            try:
-                if stream.status != 200:
-                    raise decode_error(
-                        RawResponse(stream.status, stream.headers, await stream.read())
-                    )
-                decoder = EventStreamDecoder()
-                async for chunk in stream.chunks():
-                    for message in decoder.feed(chunk):
-                        payload = _payload_or_raise(message)
-                        if payload is not None:
-                            yield payload
-            finally:
-                await stream.aclose()
         except BaseException as error:
-            outcome_error = error
+            finish(error)
             raise
-        finally:
-            self._finish_single(route, state, plan, started, outcome_error)
+        into.response_headers = stream.headers
+        into.target = plan.endpoint
+        return stream, finish
 
     async def invoke_async(
         self,
@@ -834,23 +820,6 @@ def _result_from_entry(entry: Entry, source: str) -> InvokeResult:
             if field is not None:
                 fields[field] = value
     return InvokeResult.from_fields(entry.body, fields, target, source)
-
-
-def _payload_or_raise(message: Message) -> bytes | None:
-    """PayloadPart bytes, None for other events, or the error a stream carries."""
-    if message.message_type == "event":
-        return message.payload if message.event_type == "PayloadPart" else None
-    code = message.exception_type or "InternalStreamFailure"
-    try:
-        detail = orjson.loads(message.payload) if message.payload else {}
-    except orjson.JSONDecodeError:
-        detail = {}
-    if not isinstance(detail, dict):
-        detail = {}
-    text = str(detail.get("Message") or detail.get("message") or "")
-    if code == "ModelStreamError":
-        raise errors.ModelError(text or "model stream error", code=code, status=200)
-    raise errors.InternalFailure(text or "internal stream failure", code=code, status=200)
 
 
 def _endpoint_from_environment() -> str | None:

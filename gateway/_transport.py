@@ -428,23 +428,29 @@ class _NativeStream:
     async def wait_head(self) -> None:
         await self._head_waiter
 
-    async def chunks(self) -> AsyncIterator[bytes]:
-        while True:
-            if self._chunks:
-                chunk = self._chunks.popleft()
-                self._buffered -= len(chunk)
-                if self._paused and self._buffered < _STREAM_HIGH_WATER // 2:
-                    self._paused = False
-                    self._connection.resume_reading()
-                yield chunk
-                continue
+    def chunks(self) -> AsyncIterator[bytes]:
+        return self
+
+    def __aiter__(self) -> _NativeStream:
+        return self
+
+    # An iterator class rather than an async generator: mypyc compiles this
+    # module, and it does not compile async generators.
+    async def __anext__(self) -> bytes:
+        while not self._chunks:
             if self._error is not None:
                 raise self._error
             if self._done:
-                return
+                raise StopAsyncIteration
             self._wakeup = self._loop.create_future()
             await self._wakeup
             self._wakeup = None
+        chunk = self._chunks.popleft()
+        self._buffered -= len(chunk)
+        if self._paused and self._buffered < _STREAM_HIGH_WATER // 2:
+            self._paused = False
+            self._connection.resume_reading()
+        return chunk
 
     async def read(self) -> bytes:
         return b"".join([chunk async for chunk in self.chunks()])

@@ -371,6 +371,7 @@ _RESULT_FIELDS = {
     b"x-amzn-sagemaker-closed-session-id": "closed_session_id",
 }
 _FIELD_NAMES = tuple(_RESULT_FIELDS.values())
+_NO_FIELDS = (None,) * len(_FIELD_NAMES)
 
 
 class InvokeResult:
@@ -405,31 +406,29 @@ class InvokeResult:
         self.attempts = attempts
         self.cache = cache  # "near", "redis", "stale", "coalesced" or None
         self._raw: bytes | None = None  # a response head, decoded into _fields on first read
-        self._fields: dict[str, str] | None = {
-            name: value
-            for name, value in (
-                ("content_type", content_type),
-                ("invoked_variant", invoked_variant),
-                ("custom_attributes", custom_attributes),
-                ("request_id", request_id),
-                ("new_session_id", new_session_id),
-                ("closed_session_id", closed_session_id),
-            )
-            if value is not None
-        }
+        given = (
+            content_type,
+            invoked_variant,
+            custom_attributes,
+            request_id,
+            new_session_id,
+            closed_session_id,
+        )
+        # None: decode the fields from _raw on first read (the hot path sets _raw).
+        self._fields: dict[str, str] | None = None
+        if given != _NO_FIELDS:
+            self._fields = {
+                name: value
+                for name, value in zip(_FIELD_NAMES, given, strict=True)
+                if value is not None
+            }
 
     @classmethod
     def from_fields(
         cls, body: bytes, fields: dict[str, str], target: str | None, cache: str | None
     ) -> InvokeResult:
         """A result from already-decoded fields (a cached answer): no parsing at all."""
-        result = cls.__new__(cls)
-        result.body = body
-        result.target = target
-        result.hedged = False
-        result.attempts = 0
-        result.cache = cache
-        result._raw = None
+        result = cls(body, target=target, attempts=0, cache=cache)
         result._fields = fields
         return result
 
@@ -498,15 +497,9 @@ class InvokeResult:
 def result_from_response(response: RawResponse, target: str | None) -> InvokeResult:
     raw = response.raw
     if raw is not None:
-        # The hot path: no keyword processing, headers decoded only if read.
-        result = InvokeResult.__new__(InvokeResult)
-        result.body = response.body
-        result.target = target
-        result.hedged = False
-        result.attempts = 1
-        result.cache = None
+        # The hot path: headers decoded only if read.
+        result = InvokeResult(response.body, target=target)
         result._raw = raw
-        result._fields = None
         return result
     headers = response.headers
     return InvokeResult(
