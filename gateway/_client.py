@@ -18,6 +18,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from mypy_extensions import mypyc_attr
+
 from cache import CacheConfig, CacheConfigError, CacheSource, Entry, PredictionCache
 from gateway import errors
 from gateway._config import GatewayConfig, PoolConfig
@@ -105,6 +107,9 @@ class InvokeStream:
         return self.response_headers.get("x-amzn-requestid")
 
 
+# Users (and tests) subclass Gateway; mypyc compiles this module, and a
+# compiled class accepts Python subclasses only when told to.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Gateway:
     """An async SageMaker Runtime client built for per-call CPU and tail latency.
 

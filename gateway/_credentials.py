@@ -87,8 +87,10 @@ class CredentialSource:
     async def start(self) -> None:
         if self._credentials is None:
             await self._run_refresh()
-            if self._credentials is None:
-                raise errors.ConfigError("could not load AWS credentials")
+        # Not nested in the test above: mypy would keep the attribute narrowed
+        # to None across the await, and the compiled module trusts narrowing.
+        if self._credentials is None:
+            raise errors.ConfigError("could not load AWS credentials")
         self._schedule()
 
     def current(self) -> Credentials:

@@ -472,7 +472,13 @@ _SLOTS_PER_S = 1000
 
 # What a slot holds per request in flight: the waiter (its owner) ->
 # (its connection, whether the call's deadline or the read timeout is the bound).
-_Slot = dict[object, tuple["_Connection", bool]]
+_Slot = dict[object, tuple["_TimesOut", bool]]
+
+
+class _TimesOut(Protocol):
+    """What a slot times out: a connection, told which of its requests ran out."""
+
+    def timed_out(self, owner: object, deadline_bound: bool, read_timeout: float) -> None: ...
 
 
 class _DeadlineWheel:
@@ -491,7 +497,7 @@ class _DeadlineWheel:
         self._read_timeout = read_timeout
         self._slots: dict[int, _Slot] = {}
 
-    def arm(self, connection: _Connection, owner: object, deadline: float, now: float) -> _Slot:
+    def arm(self, connection: _TimesOut, owner: object, deadline: float, now: float) -> _Slot:
         """Time ``owner`` out at ``deadline``; pop it from the slot when done.
 
         ``deadline`` and ``now`` are time.monotonic() values; ``now`` is the

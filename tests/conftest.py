@@ -7,6 +7,24 @@ from collections.abc import Iterator
 
 import pytest
 
+from gateway._build import build_kind, stale_modules
+
+
+def pytest_report_header() -> str:
+    return f"sagemaker-gateway hot path: {build_kind()}"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # An editable install's compiled modules shadow their sources: testing
+    # them after an edit would test the old code.
+    stale = stale_modules()
+    if stale:
+        pytest.exit(
+            f"compiled modules older than their sources: {', '.join(stale)}; "
+            "run `pip install -e '.[dev]'` again (or install with SAGEMAKER_GATEWAY_PURE=1)",
+            returncode=3,
+        )
+
 
 @pytest.fixture
 def restore_gc() -> Iterator[None]:

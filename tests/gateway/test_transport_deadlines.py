@@ -23,7 +23,7 @@ async def test_a_slot_fired_before_its_end_waits_and_fires_again() -> None:
     connection = _Recorder()
     owner = object()
     now = time.monotonic()
-    slot = wheel.arm(connection, owner, now + 0.05, now)  # type: ignore[arg-type]
+    slot = wheel.arm(connection, owner, now + 0.05, now)
     (key,) = wheel._slots
     # As if the loop's coarser clock fired the slot's timer early:
     wheel._expire(key)
@@ -46,8 +46,8 @@ async def test_finished_requests_leave_their_slot_and_the_read_timeout_bounds_lo
     done, waiting = object(), object()
     now = time.monotonic()
     # A 60 s deadline is bounded by the 20 ms read timeout: not deadline-bound.
-    slot = wheel.arm(connection, done, now + 60.0, now)  # type: ignore[arg-type]
-    wheel.arm(connection, waiting, now + 60.0, now)  # type: ignore[arg-type]
+    slot = wheel.arm(connection, done, now + 60.0, now)
+    wheel.arm(connection, waiting, now + 60.0, now)
     slot.pop(done)  # its response came in
     for _ in range(100):
         if connection.timed_out_owners:

@@ -1,0 +1,74 @@
+"""Which build is running: the hot path compiled with mypyc, or plain Python.
+
+``setup.py`` compiles ``HOT_PATH`` (it reads this file by path, so keep it
+free of imports beyond the standard library). An editable install puts the
+compiled modules next to their sources, where they shadow them: an edited
+source does nothing until the next ``pip install -e .``. ``stale_modules``
+finds such modules, and the test suite refuses to run on them.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+from pathlib import Path
+
+__all__ = ["HOT_PATH", "build_kind", "compiled_modules", "stale_modules"]
+
+# The modules every Gateway.invoke runs through, as setup.py paths.
+HOT_PATH = (
+    "gateway/_client.py",
+    "gateway/_credentials.py",
+    "gateway/_metrics.py",
+    "gateway/_pipeline.py",
+    "gateway/_signing.py",
+    "gateway/_transport.py",
+    "gateway/_wire.py",
+    "routing/_route.py",
+    "routing/_router.py",
+    "routing/_stats.py",
+    "routing/_target.py",
+)
+
+
+def _module_name(path: str) -> str:
+    return path.removesuffix(".py").replace("/", ".")
+
+
+def _origin(name: str) -> str | None:
+    """The file ``name`` loads from (found without importing the module itself)."""
+    spec = importlib.util.find_spec(name)
+    return spec.origin if spec is not None else None
+
+
+def _is_extension(file: str | None) -> bool:
+    return file is not None and file.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+
+
+def compiled_modules() -> dict[str, bool]:
+    """Each hot-path module's name -> whether it loads from a compiled file."""
+    return {name: _is_extension(_origin(name)) for name in map(_module_name, HOT_PATH)}
+
+
+def build_kind() -> str:
+    """ "compiled", "pure", or "mixed" (a broken or partial build)."""
+    states = set(compiled_modules().values())
+    if states == {True}:
+        return "compiled"
+    if states == {False}:
+        return "pure"
+    return "mixed"
+
+
+def stale_modules() -> list[str]:
+    """Compiled hot-path modules whose source was edited after they were built."""
+    stale = []
+    for name in map(_module_name, HOT_PATH):
+        file = _origin(name)
+        if file is None or not _is_extension(file):
+            continue
+        compiled = Path(file)
+        source = compiled.with_name(compiled.name.split(".", 1)[0] + ".py")
+        if source.exists() and source.stat().st_mtime > compiled.stat().st_mtime:
+            stale.append(name)
+    return stale
