@@ -119,8 +119,13 @@ class _HeadTooLarge(Exception):
     """Raised from a parser callback to stop httptools mid-buffer."""
 
 
-class _Connection(asyncio.Protocol):
-    """One keep-alive socket; at most one request in flight."""
+class _Connection:
+    """One keep-alive socket; at most one request in flight.
+
+    An asyncio protocol by its methods, not by subclassing asyncio.Protocol:
+    mypyc compiles this module, and only a class without a Python base
+    becomes a native class (fixed attribute slots, direct method calls).
+    """
 
     def __init__(self, pool: _OriginPool) -> None:
         self._pool = pool
@@ -179,6 +184,15 @@ class _Connection(asyncio.Protocol):
             self._fail(errors.ProtocolError("unexpected protocol upgrade"))
         except httptools.HttpParserError as exc:
             self._fail(errors.ProtocolError(f"invalid HTTP response: {exc}"))
+
+    def eof_received(self) -> bool:
+        return False  # the transport closes itself; connection_lost follows
+
+    def pause_writing(self) -> None:
+        pass  # a request is written whole; nothing waits for the buffer to drain
+
+    def resume_writing(self) -> None:
+        pass
 
     def connection_lost(self, exc: Exception | None) -> None:
         was_closed = self.closed
@@ -592,15 +606,10 @@ class _OriginPool:
                 raise errors.ConnectError(f"cannot resolve {self.origin.host}: {exc}") from None
         last_error: Exception | None = None
         for host, port in self._addresses:
+            connection = _Connection(self)
             try:
                 async with asyncio.timeout(timeout):
-                    _, connection = await self.loop.create_connection(
-                        lambda: _Connection(self),
-                        host,
-                        port,
-                        ssl=self._ssl,
-                        server_hostname=self.origin.host if self._ssl else None,
-                    )
+                    await self._connect(connection, host, port)
             except TimeoutError:
                 if deadline_bound:
                     raise errors.DeadlineExceeded(
@@ -616,6 +625,16 @@ class _OriginPool:
             self._open.add(connection)
             return connection
         raise errors.ConnectError(f"cannot connect to {self.origin.host_header}: {last_error}")
+
+    async def _connect(self, connection: _Connection, host: str, port: int) -> None:
+        protocol = cast(asyncio.Protocol, connection)  # one by its methods
+        await self.loop.create_connection(
+            lambda: protocol,
+            host,
+            port,
+            ssl=self._ssl,
+            server_hostname=self.origin.host if self._ssl else None,
+        )
 
     async def prewarm(self, count: int) -> None:
         count = min(count, self.options.max_connections)

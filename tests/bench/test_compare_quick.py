@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-CLIENTS = ("gateway-native", "raw-floor")
+CLIENTS = ("gateway-native", "raw-floor", "raw-floor+sign")
 
 
 def run_quick() -> dict[str, Any]:
@@ -64,6 +64,10 @@ def test_quick_compare_reports_every_client_and_zero_new_connections() -> None:
         assert signing[key] > 0
     ratios = report["ratios"]
     assert ratios["native_vs_floor"] > 0
+    assert ratios["native_vs_signed_floor"] > 0
+    # The verdict is a judgement on timings (noisy here): only that it is made.
+    assert report["verdicts"]["native_vs_signed_floor"] in {True, False}
+    assert report["machine"]["gateway_hot_path"] in {"compiled", "pure"}
     assert ratios["native_connections_opened_measured"] == 0
     assert report["verdicts"]["native_zero_connections"] is True
     assert report["machine"]["versions"]["botocore"]
