@@ -9,6 +9,7 @@ C compiler is available; behaviour is the same.
 
 from __future__ import annotations
 
+import importlib.machinery
 import os
 import runpy
 from pathlib import Path
@@ -16,7 +17,9 @@ from pathlib import Path
 from setuptools import Extension, setup
 
 # The list lives in the package, which reports at run time which build it is.
-HOT_PATH = list(runpy.run_path(str(Path(__file__).parent / "gateway" / "_build.py"))["HOT_PATH"])
+ROOT = Path(__file__).resolve().parent
+HOT_PATH = list(runpy.run_path(str(ROOT / "gateway" / "_build.py"))["HOT_PATH"])
+GROUP = "gateway_hot_path"  # mypyc's shared library: gateway_hot_path__mypyc
 
 # The build environment has mypy but not the runtime dependencies, so their
 # types are Any here and strict mode's complaints about Any are moot. The
@@ -31,12 +34,27 @@ BUILD_FLAGS = [
 ]
 
 
+def remove_in_place_builds() -> None:
+    """Delete compiled modules an earlier editable install left beside the sources.
+
+    They would shadow the plain sources this build is asked for.
+    """
+    suffixes = importlib.machinery.EXTENSION_SUFFIXES
+    for source in HOT_PATH:
+        stem = ROOT / source.removesuffix(".py")
+        for suffix in suffixes:
+            stem.with_name(stem.name + suffix).unlink(missing_ok=True)
+    for suffix in suffixes:
+        (ROOT / f"{GROUP}__mypyc{suffix}").unlink(missing_ok=True)
+
+
 def compiled_modules() -> list[Extension]:
     if os.environ.get("SAGEMAKER_GATEWAY_PURE") == "1":
+        remove_in_place_builds()
         return []
     from mypyc.build import mypycify
 
-    return mypycify([*BUILD_FLAGS, *HOT_PATH], group_name="gateway_hot_path")
+    return mypycify([*BUILD_FLAGS, *HOT_PATH], group_name=GROUP)
 
 
 setup(ext_modules=compiled_modules())
