@@ -18,7 +18,8 @@ Modes (switch at runtime with ``proxy.mode = ...``):
 - ``refuse``: stop listening (new connections are refused); existing ones keep working.
 
 Counters: ``accepted`` (client connections), ``requests`` (request lines seen),
-``dribbled`` (bytes sent in ``slow`` mode).
+``dribbled`` (bytes sent in ``slow`` mode). ``received`` keeps every byte clients
+sent, to read what went on the wire.
 """
 
 from __future__ import annotations
@@ -104,6 +105,7 @@ class _Link:
                 return
             if not data:
                 return
+            proxy.received += data
             new_requests = data.count(b" HTTP/1.1\r\n")
             if new_requests:
                 self.requests += new_requests
@@ -173,6 +175,7 @@ class FaultProxy:
         self.slow_chunk = 7  # "slow" mode: bytes per write ...
         self.slow_delay = 0.002  # ... and the pause after each
         self.dribbled = 0  # bytes sent to clients in "slow" mode
+        self.received = bytearray()  # every byte clients sent
         self.port = 0
         self._server: asyncio.Server | None = None
         self._links: set[_Link] = set()

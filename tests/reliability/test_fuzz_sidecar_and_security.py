@@ -20,7 +20,6 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import botocore.exceptions
 import pytest
@@ -32,6 +31,7 @@ from gateway import Gateway, compat, errors
 from gateway._config import GatewayConfig
 from gateway.emulator import Emulator, EmulatorConfig
 from gateway.sidecar import Sidecar, SidecarConfig
+from tests._faultproxy import FaultProxy
 from tests.gateway.conftest import ACCESS_KEY, SECRET_KEY, gateway_for
 
 CONFIG: dict[str, Any] = {
@@ -291,69 +291,17 @@ async def test_compat_refuses_header_injection_before_sending(
 WRONG_SECRET = "wrong-secret-value-that-must-not-leak"
 
 
-class _RecordingRelay:
-    """A TCP relay in front of the emulator that keeps every byte the client sent.
-
-    What went on the wire is what must not leak: reading it from a socket
-    needs no hook into the gateway (whose signing code is compiled).
-    """
-
-    def __init__(self, upstream_url: str) -> None:
-        self._upstream = urlsplit(upstream_url)
-        self.sent = bytearray()
-        self._handlers: set[asyncio.Task[None]] = set()
-
-    async def __aenter__(self) -> str:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._server.close()
-        for task in self._handlers:
-            task.cancel()
-        await asyncio.gather(*self._handlers, return_exceptions=True)
-        await self._server.wait_closed()
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._handlers.add(task)
-        upstream_reader, upstream_writer = await asyncio.open_connection(
-            self._upstream.hostname, self._upstream.port
-        )
-        await asyncio.gather(
-            self._pipe(reader, upstream_writer, record=True),
-            self._pipe(upstream_reader, writer, record=False),
-            return_exceptions=True,
-        )
-
-    async def _pipe(
-        self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, *, record: bool
-    ) -> None:
-        try:
-            while data := await source.read(65536):
-                if record:
-                    self.sent += data
-                sink.write(data)
-                await sink.drain()
-        finally:
-            sink.close()
-
-    def authorizations(self) -> list[str]:
-        lines = re.findall(rb"(?im)^authorization: ([^\r\n]*)", bytes(self.sent))
-        return [line.decode("latin-1") for line in lines]
-
-
 async def test_no_secret_or_authorization_in_logs_errors_or_metrics(
     emulator: Emulator, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    relay = _RecordingRelay(emulator.url)
+    # Authorization headers are read off the wire, through a pass-through
+    # proxy: no hook into the gateway's (compiled) signing code.
     async with (
-        relay as relay_url,
+        FaultProxy("127.0.0.1", emulator.port) as proxy,
         Gateway(
             "us-east-1",
-            endpoint_url=relay_url,
+            endpoint_url=proxy.url,
             credentials=(ACCESS_KEY, WRONG_SECRET, "session-token-that-must-not-leak"),
         ) as gw,
     ):
@@ -376,7 +324,10 @@ async def test_no_secret_or_authorization_in_logs_errors_or_metrics(
             writer.close()
             await writer.wait_closed()
 
-    sent_authorizations = relay.authorizations()
+    sent_authorizations = [
+        line.decode("latin-1")
+        for line in re.findall(rb"(?im)^authorization: ([^\r\n]*)", bytes(proxy.received))
+    ]
     # Three direct calls and the sidecar's one, each signed on the wire.
     assert len(sent_authorizations) >= 4
     signatures = [a.rsplit("Signature=", 1)[1] for a in sent_authorizations]
