@@ -1,10 +1,15 @@
-"""Build script: compiles the per-call hot path with mypyc.
+"""Build script: compiles the per-call hot path with mypyc for wheels.
 
 Everything else is declared in pyproject.toml. The modules named in
 ``gateway/_build.py`` run on every ``Gateway.invoke``; compiled, a call costs
-less CPU (``python -m bench.compare`` prints which build it measured). Set
-``SAGEMAKER_GATEWAY_PURE=1`` to install plain Python instead, e.g. where no
-C compiler is available; behaviour is the same.
+less CPU (``python -m bench.compare`` prints which build it measured).
+
+- ``pip install .`` and ``pip wheel .`` build the compiled hot path.
+- ``pip install -e .`` (a contributor's checkout) installs plain Python, so an
+  edit takes effect at once.
+- ``SAGEMAKER_GATEWAY_BUILD=pure`` or ``=compiled`` overrides either default;
+  ``pure`` is the fallback for hosts without a C compiler (behaviour is the
+  same, a call costs a few microseconds more CPU).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import importlib.machinery
 import os
 import runpy
+import sys
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -48,8 +54,20 @@ def remove_in_place_builds() -> None:
         (ROOT / f"{GROUP}__mypyc{suffix}").unlink(missing_ok=True)
 
 
+def wants_compiled() -> bool:
+    chosen = os.environ.get("SAGEMAKER_GATEWAY_BUILD", "")
+    if os.environ.get("SAGEMAKER_GATEWAY_PURE") == "1":  # the older spelling
+        chosen = "pure"
+    if chosen not in {"", "pure", "compiled"}:
+        raise SystemExit(f"SAGEMAKER_GATEWAY_BUILD must be 'pure' or 'compiled', not {chosen!r}")
+    if chosen:
+        return chosen == "compiled"
+    # setuptools builds an editable install through its editable_wheel command.
+    return "editable_wheel" not in sys.argv
+
+
 def compiled_modules() -> list[Extension]:
-    if os.environ.get("SAGEMAKER_GATEWAY_PURE") == "1":
+    if not wants_compiled():
         remove_in_place_builds()
         return []
     from mypyc.build import mypycify

@@ -6,6 +6,7 @@ all), request bytes built once. ``RawFloorClient`` sends the same bytes
 every call (no signing); ``signed=True`` signs each call with
 ``SigV4Signer.authorization_presorted`` (payload hash, ``x-amz-date`` and
 ``Authorization`` per call), which is the least a real client must do.
+Given an ``ssl`` context, the sockets speak TLS (the TLS floor).
 
 Used by ``python -m bench.compare`` (clients ``raw-floor`` and
 ``raw-floor+sign``) and nothing else.
@@ -15,11 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from typing import cast
 
 import httptools
 
-from gateway._signing import AmzDateClock, Credentials, SigV4Signer, payload_sha256
+from gateway._aws.sigv4 import AmzDateClock, Credentials, SigV4Signer, payload_sha256
 
 __all__ = ["RawConnection", "RawFloorClient"]
 
@@ -91,7 +93,9 @@ class RawFloorClient:
         signed: bool = False,
         region: str = "us-east-1",
         credentials: Credentials | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        self._ssl = ssl_context
         self._host = host
         self._port = port
         self._body = body
@@ -118,7 +122,11 @@ class RawFloorClient:
         loop = asyncio.get_running_loop()
         for _ in range(count - len(self._connections)):
             _, connection = await loop.create_connection(
-                lambda: RawConnection(loop), self._host, self._port
+                lambda: RawConnection(loop),
+                self._host,
+                self._port,
+                ssl=self._ssl,
+                server_hostname=self._host if self._ssl else None,
             )
             self._connections.append(connection)
 

@@ -3,20 +3,28 @@
 It is the fixed point the comparison measures clients against: uvloop plus
 httptools, no SigV4 verification, one write per response. Run it in its own
 process (``start_stub``) so its CPU is not charged to the client under test.
+``StubServer(tls=make_certificate(directory))`` serves HTTPS instead, with a
+freshly generated self-signed certificate for 127.0.0.1 and localhost.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import multiprocessing
+import random
 import socket
+import ssl
+from dataclasses import dataclass
+from ipaddress import IPv4Address
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import cast
 
 import httptools
 
-from gateway._process import die_with_parent
+from gateway._server.processes import die_with_parent
 
 BODY = b'{"score": 0.0123456789}\n'
 assert len(BODY) == 24
@@ -28,11 +36,37 @@ RESPONSE = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class Latency:
+    """How long one endpoint takes: ``base_ms`` +- ``jitter_ms`` (uniform), and
+    ``tail_share`` of its answers ``tail_ms`` later still."""
+
+    base_ms: float
+    jitter_ms: float = 0.0
+    tail_share: float = 0.0
+    tail_ms: float = 0.0
+
+    def draw(self, rng: random.Random) -> float:
+        """One answer's delay in seconds."""
+        ms = self.base_ms + rng.uniform(-self.jitter_ms, self.jitter_ms)
+        if self.tail_share and rng.random() < self.tail_share:
+            ms += self.tail_ms
+        return max(ms, 0.0) / 1000.0
+
+
 class _StubProtocol(asyncio.Protocol):
-    def __init__(self, stats: dict[str, int]) -> None:
+    def __init__(
+        self,
+        stats: dict[str, int],
+        latencies: dict[bytes, Latency] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
         self._stats = stats
+        self._latencies = latencies
+        self._rng = rng or random.Random(0)
+        self._url = b""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports do not subclass asyncio.Transport.
@@ -49,16 +83,103 @@ class _StubProtocol(asyncio.Protocol):
             assert self._transport is not None
             self._transport.close()
 
+    def on_url(self, url: bytes) -> None:
+        self._url = url
+
     def on_message_complete(self) -> None:
         assert self._transport is not None
         self._stats["requests"] += 1
+        latencies = self._latencies
+        if latencies:
+            # /endpoints/NAME/invocations: the endpoint picks the latency.
+            latency = latencies.get(self._url.split(b"/")[2] if self._url.count(b"/") > 2 else b"")
+            if latency is not None:
+                asyncio.get_running_loop().call_later(
+                    latency.draw(self._rng), self._answer_later, self._transport
+                )
+                return
         self._transport.write(RESPONSE)
 
+    @staticmethod
+    def _answer_later(transport: asyncio.Transport) -> None:
+        if not transport.is_closing():
+            transport.write(RESPONSE)
 
-async def _serve(port_out: Connection, host: str) -> None:
+
+@dataclass(frozen=True, slots=True)
+class Certificate:
+    """A self-signed certificate (PEM files): the server's, and the one clients trust."""
+
+    cert_file: str
+    key_file: str
+
+    def server_context(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(self.cert_file, self.key_file)
+        return context
+
+    def client_context(self) -> ssl.SSLContext:
+        """What a client verifying the stub uses: only this certificate is trusted."""
+        return ssl.create_default_context(cafile=self.cert_file)
+
+
+def make_certificate(directory: Path) -> Certificate:
+    """A fresh P-256 self-signed certificate for 127.0.0.1 and localhost, valid a day.
+
+    ECDSA P-256 with ECDHE is what AWS endpoints negotiate for most clients, so
+    the handshake and record costs resemble production's.
+    """
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(IPv4Address("127.0.0.1")), x509.DNSName("localhost")]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = directory / "stub-cert.pem", directory / "stub-key.pem"
+    cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return Certificate(str(cert_file), str(key_file))
+
+
+async def _serve(
+    port_out: Connection, host: str, tls: Certificate | None, latencies: dict[str, Latency]
+) -> None:
     stats = {"connections": 0, "requests": 0}
+    by_name = {name.encode(): latency for name, latency in latencies.items()}
+    rng = random.Random(5)  # seeded: the same stalls run after run
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: _StubProtocol(stats), host, 0, backlog=1024)
+    server = await loop.create_server(
+        lambda: _StubProtocol(stats, by_name, rng),
+        host,
+        0,
+        backlog=1024,
+        ssl=tls.server_context() if tls else None,
+    )
     port_out.send(server.sockets[0].getsockname()[1])
     # The parent asks for stats (any message) and closes the pipe to stop us.
     while True:
@@ -72,25 +193,40 @@ async def _serve(port_out: Connection, host: str) -> None:
     server.close()
 
 
-def _main(port_out: Connection, host: str) -> None:
+def _main(
+    port_out: Connection, host: str, tls: Certificate | None, latencies: dict[str, Latency]
+) -> None:
     die_with_parent()  # a stub outliving a killed benchmark would skew the next one
     with contextlib.suppress(ImportError):
         import uvloop
 
         uvloop.install()
-    asyncio.run(_serve(port_out, host))
+    asyncio.run(_serve(port_out, host, tls, latencies))
 
 
 class StubServer:
     """A stub in a child process; ``url`` to call it, ``stats()`` to read its counters."""
 
-    def __init__(self, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        tls: Certificate | None = None,
+        latencies: dict[str, Latency] | None = None,
+    ) -> None:
+        """``latencies``: per endpoint name, how long its answers take (others: at once)."""
         context = multiprocessing.get_context("spawn")
         self._pipe, child = context.Pipe()
-        self._process = context.Process(target=_main, args=(child, host), daemon=True)
+        self._process = context.Process(
+            target=_main, args=(child, host, tls, latencies or {}), daemon=True
+        )
         self._process.start()
         self.port: int = self._pipe.recv()
-        self.url = f"http://{host}:{self.port}"
+        self.tls = tls
+        self.url = f"{'https' if tls else 'http'}://{host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid
 
     def stats(self) -> dict[str, int]:
         self._pipe.send("stats")

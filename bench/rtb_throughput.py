@@ -127,12 +127,12 @@ class Row:
 
 def _constant_scores_server(port_out: Any) -> None:
     """Child process: answers each text/csv POST with one "0.5" line per row."""
-    from gateway._process import die_with_parent
+    from gateway._server.processes import die_with_parent
 
     die_with_parent()
     import uvloop
 
-    from gateway._http_server import Request, Response, start_server
+    from gateway._server.http import Request, Response, start_server
 
     headers = (("Content-Type", "text/csv"),)
 

@@ -1,4 +1,4 @@
-"""Soak: calls through the library and the sidecar for a bounded time, faults at random.
+"""Soak: calls through the library and the sidecar for a bounded time, faults and attacks at random.
 
 ::
 
@@ -6,24 +6,40 @@
 
 An emulator child process serves two endpoints (``a`` and ``b``, one route
 ``pair`` over both, hedged and retried); a Redis server of our own backs
-the prediction cache. Library callers use a ``Gateway``; sidecar callers
-send plain HTTP to an in-process ``Sidecar`` (with a Gateway of its own).
-A fault scheduler alternates quiet spells with one fault at a time, chosen
-at random:
+the prediction cache. Between the callers and the emulator sits a hostile
+upstream (``bench.hostile``: a proxy that, during ``hostile`` spells, answers
+twice, sends unsolicited responses, endless error bodies, truncated answers
+and resets). Library callers use a ``Gateway`` (invocations on the route,
+and some response streams); sidecar callers send plain HTTP to a sidecar
+child process (with a Gateway of its own). Every request body carries a
+unique id the echo model returns, so an answer meant for another request
+is caught. A fault scheduler alternates quiet spells with one fault at a
+time, chosen at random:
 
 - ``reset``:        the emulator resets a share of connections on ``a``
 - ``stall``:        the emulator holds a share of answers on ``b`` past the deadline
 - ``error_burst``:  ``a`` answers a share of calls with ServiceUnavailable
 - ``eject``:        ``a`` fails every call until it is ejected, then heals and is re-admitted
 - ``redis_restart``: the Redis server is killed and started again on its port
+- ``hostile``:      the hostile upstream misbehaves on a share of exchanges
+
+Meanwhile an attacker (``bench.attacks``) hits the sidecar with raw-socket
+attacks mixed into the load: an endless request target, an endless header,
+a declared 100 MB body, a slowloris head, and pipelined requests it never
+reads.
 
 Printed at the end: calls made, succeeded, failed by cause, hung (a call
-not finished by its deadline plus slack; must be 0), lost (a call with no
-recorded outcome; must be 0), leaked sockets (open sockets after closing
-everything vs before starting; must be 0), unexpected (a failure whose
-cause no fault active around that call could produce; must be 0), and p99
-latency per phase. The exit status is 1 when any of the must-be-0 counts
-is not.
+not finished by its deadline plus slack), lost (a call with no recorded
+outcome), wrong (a caller received an answer meant for another request, or
+a stream whose parts differ from what was sent), incomplete (a stream that
+ended without error but short of its parts), leaked (sockets open in this
+process after closing everything vs before starting, plus client
+connections the sidecar still holds once every client has gone),
+unexpected (a failure whose cause no fault active around that call could
+produce), attacks made and mishandled (not refused with the right status,
+or not cut off), the sidecar's resident memory at start and its peak
+(VmHWM), and p99 latency per phase. The exit status is 1 when any of hung,
+lost, wrong, incomplete, leaked, unexpected or mishandled is not 0.
 """
 
 from __future__ import annotations
@@ -46,10 +62,12 @@ from typing import Any
 import httpx
 import orjson
 
+from bench import attacks
+from bench.hostile import HostileUpstream
 from gateway import Gateway, errors
-from gateway._process import die_with_parent
+from gateway._server.processes import die_with_parent
 from gateway.emulator import Emulator, EmulatorProcess
-from gateway.sidecar import Sidecar
+from gateway.sidecar import Sidecar, SidecarProcess
 
 ACCESS_KEY = "AKIDSOAK"
 SECRET_KEY = "soak-secret-key"
@@ -59,6 +77,10 @@ HANG_SLACK_S = 2.0
 # a reset connection is noticed on its next use.
 FAULT_GRACE_S = 2.5
 STALL_MS = 1500.0
+HOSTILE_RATE = 0.2
+# The sidecar cuts off a client that reads nothing for this long.
+SIDECAR_WRITE_TIMEOUT_S = 2.0
+STREAM_SHARE = 0.1
 
 EMULATOR_CONFIG: dict[str, Any] = {
     "seed": 17,
@@ -92,6 +114,11 @@ FAULT_CAUSES: dict[str, frozenset[str]] = {
     "error_burst": frozenset({"ServiceUnavailable", "unavailable", TIMEOUT}),
     "eject": frozenset({"InternalFailure", TIMEOUT}),
     "redis_restart": frozenset(),  # the cache fails open: no call may fail
+    # A broken upstream: an unusable answer is a transport failure or a timeout,
+    # an endless error body an upstream error; never a wrong or a hung answer.
+    "hostile": frozenset(
+        {TRANSPORT, TIMEOUT, "unavailable", "ServiceUnavailable", "InternalDependencyException"}
+    ),
 }
 FAULTS = tuple(FAULT_CAUSES)
 
@@ -144,6 +171,9 @@ class Ledger:
     failed: Counter[str] = field(default_factory=Counter)
     unexpected: Counter[str] = field(default_factory=Counter)
     hung: int = 0
+    wrong: Counter[str] = field(default_factory=Counter)
+    wrong_examples: list[str] = field(default_factory=list)  # "sent -> received", a few
+    incomplete: int = 0
     latencies: dict[tuple[str, str], list[float]] = field(default_factory=lambda: defaultdict(list))
     windows: list[FaultWindow] = field(default_factory=list)
 
@@ -160,6 +190,11 @@ class Ledger:
                 return True
         return False
 
+    def record_wrong(self, via: str, call: int, start: float, sent: bytes, got: bytes) -> None:
+        if len(self.wrong_examples) < 5:
+            self.wrong_examples.append(f"{via}: {sent[:40]!r} -> {got[:40]!r}")
+        self.record(via, call, start, "wrong")
+
     def begin(self) -> int:
         self.started += 1
         return self.started
@@ -173,6 +208,10 @@ class Ledger:
         self.failed[f"{via}:{cause}"] += 1
         if cause == "hung":
             self.hung += 1
+        elif cause == "wrong":
+            self.wrong[via] += 1
+        elif cause == "incomplete":
+            self.incomplete += 1
         elif not self.expected(cause, start, end):
             self.unexpected[f"{via}:{cause}"] += 1
 
@@ -241,18 +280,20 @@ class RedisProcess:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
+def _cache_settings(redis_url: str, who: str) -> dict[str, Any]:
+    return {
+        "namespace": f"soak-{os.getpid()}-{who}",
+        "redis_url": redis_url,
+        "ttl_s": 30,
+        "near_max_entries": 64,
+        "redis_socket_timeout_ms": 50,
+        "circuit_failures": 3,
+        "circuit_reset_s": 0.5,
+    }
+
+
 def _gateway(url: str, redis_url: str | None) -> Gateway:
-    cache: dict[str, Any] | None = None
-    if redis_url is not None:
-        cache = {
-            "namespace": f"soak-{os.getpid()}",
-            "redis_url": redis_url,
-            "ttl_s": 30,
-            "near_max_entries": 64,
-            "redis_socket_timeout_ms": 50,
-            "circuit_failures": 3,
-            "circuit_reset_s": 0.5,
-        }
+    cache = _cache_settings(redis_url, "library") if redis_url is not None else None
     return Gateway(
         "us-east-1",
         endpoint_url=url,
@@ -271,6 +312,9 @@ async def library_caller(
 ) -> None:
     while not stop.is_set():
         call = ledger.begin()
+        if rng.random() < STREAM_SHARE:
+            await _library_stream(gw, ledger, call)
+            continue
         # A third repeat a small key set (cache hits: near and Redis); the rest are new.
         repeat = rng.random() < 0.33
         body = b"hot-%d" % rng.randrange(200) if repeat else b"call-%d" % call
@@ -286,10 +330,36 @@ async def library_caller(
         except Exception as error:
             ledger.record("library", call, start, cause_of(error))
         else:
-            ledger.record(
-                "library", call, start, "ok" if result.body == body else "unexpected:wrong-body"
-            )
+            if result.body == body:
+                ledger.record("library", call, start, "ok")
+            else:
+                ledger.record_wrong("library", call, start, body, result.body)
         await asyncio.sleep(rng.random() * 0.004)
+
+
+async def _library_stream(gw: Gateway, ledger: Ledger, call: int) -> None:
+    """A response stream (endpoint ``a``, split in parts): all parts, or a typed error."""
+    body = b"stream-%d-" % call + b"s" * 60
+    start = time.monotonic()
+    parts: list[bytes] = []
+    try:
+        async with asyncio.timeout(CALL_TIMEOUT_S + HANG_SLACK_S):
+            stream = gw.invoke_stream("a", body, timeout=CALL_TIMEOUT_S)
+            parts.extend([part async for part in stream])
+    except TimeoutError as error:
+        cause = cause_of(error) if isinstance(error, errors.GatewayError) else "hung"
+        ledger.record("stream", call, start, cause)
+        return
+    except Exception as error:
+        ledger.record("stream", call, start, cause_of(error))
+        return
+    received = b"".join(parts)
+    if received == body:
+        ledger.record("stream", call, start, "ok")
+    elif body.startswith(received):
+        ledger.record("stream", call, start, "incomplete")
+    else:
+        ledger.record_wrong("stream", call, start, body, received)
 
 
 async def sidecar_caller(
@@ -311,9 +381,10 @@ async def sidecar_caller(
             # The sidecar itself must never drop a connection on its client.
             ledger.record("sidecar", call, start, f"unexpected:{type(error).__name__}")
         else:
-            if response.status_code == 200:
-                ok = response.content == body
-                ledger.record("sidecar", call, start, "ok" if ok else "unexpected:wrong-body")
+            if response.status_code == 200 and response.content == body:
+                ledger.record("sidecar", call, start, "ok")
+            elif response.status_code == 200:
+                ledger.record_wrong("sidecar", call, start, body, response.content)
             else:
                 ledger.record("sidecar", call, start, sidecar_cause(response))
         await asyncio.sleep(rng.random() * 0.004)
@@ -328,6 +399,7 @@ async def inject(
     redis: RedisProcess,
     rng: random.Random,
     favoured: str,
+    hostile: HostileUpstream,
 ) -> None:
     """Apply one fault for a random spell, then undo it.
 
@@ -341,6 +413,13 @@ async def inject(
         await asyncio.to_thread(redis.kill)
         await asyncio.sleep(hold / 2)
         await asyncio.to_thread(redis.start)
+        return
+    if kind == "hostile":
+        hostile.rate = hostile.spell_rate
+        try:
+            await asyncio.sleep(hold)
+        finally:
+            hostile.rate = 0.0
         return
     changes: dict[str, Any]
     if kind == "reset":
@@ -373,6 +452,7 @@ async def fault_scheduler(
     redis: RedisProcess,
     rng: random.Random,
     gw: Gateway,
+    hostile: HostileUpstream,
 ) -> Counter[str]:
     injected: Counter[str] = Counter()
     # Every kind once (in random order) before any repeats, so a short run sees them all.
@@ -384,7 +464,7 @@ async def fault_scheduler(
         ledger.windows.append(window)
         injected[kind] += 1
         try:
-            await inject(kind, emulator, redis, rng, _favoured(gw))
+            await inject(kind, emulator, redis, rng, _favoured(gw), hostile)
         finally:
             window.end = time.monotonic()
         with contextlib.suppress(TimeoutError):
@@ -393,38 +473,131 @@ async def fault_scheduler(
     return injected
 
 
-# -- the run ----------------------------------------------------------------------
-
-
 def p99(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
 
 
-async def soak(duration: float, seed: int) -> dict[str, Any]:
+# -- attacks on the sidecar ---------------------------------------------------------
+
+MIB = 1024 * 1024
+ATTACKS = ("endless_target", "endless_header", "huge_declared_body", "slowloris", "no_reader")
+_ECHO_HEAD = b"POST /endpoints/a/invocations HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n"
+
+
+def run_attack(kind: str, port: int) -> bool:
+    """One raw-socket attack on the sidecar; True if it was refused or cut off as it should be."""
+    if kind == "endless_target":
+        outcome = attacks.flood(port, b"GET /", b"a", max_bytes=8 * MIB, seconds=10)
+        return outcome.answer.startswith(b"HTTP/1.1 414 ")
+    if kind == "endless_header":
+        prefix = b"GET /ping HTTP/1.1\r\nhost: x\r\nx-long: "
+        outcome = attacks.flood(port, prefix, b"v", max_bytes=8 * MIB, seconds=10)
+        return outcome.answer.startswith(b"HTTP/1.1 431 ")
+    if kind == "huge_declared_body":
+        outcome = attacks.flood(port, _ECHO_HEAD % 100_000_000, b"", max_bytes=0, seconds=1)
+        return outcome.answer.startswith(b"HTTP/1.1 413 ")
+    if kind == "slowloris":
+        # A head that never ends: a 408 (or a close) once the header timeout passes.
+        outcome = attacks.flood(
+            port, b"POST /endpoints/a/invocations HTTP/1.1\r\nhost: x\r\n", b"", max_bytes=0
+        )
+        return outcome.closed and (not outcome.answer or outcome.answer.startswith(b"HTTP/1.1 408"))
+    # no_reader: pipelined 1 MiB echo calls, nothing read back; cut off by the write timeout.
+    body = b"n" * MIB
+    sock, _ = attacks.pipeline_without_reading(
+        port, _ECHO_HEAD % len(body) + body, max_requests=20, stall_s=1.0
+    )
+    return attacks.wait_for_close(sock, SIDECAR_WRITE_TIMEOUT_S + 8)
+
+
+async def attacker(
+    port: int, stop: asyncio.Event, rng: random.Random
+) -> tuple[Counter[str], Counter[str]]:
+    made: Counter[str] = Counter()
+    mishandled: Counter[str] = Counter()
+    queue = rng.sample(ATTACKS, len(ATTACKS))  # every kind once before repeats
+    while not stop.is_set():
+        kind = queue.pop(0) if queue else rng.choice(ATTACKS)
+        made[kind] += 1
+        if not await asyncio.to_thread(run_attack, kind, port):
+            mishandled[kind] += 1
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(0.2 + rng.random() * 0.5):
+                await stop.wait()
+    return made, mishandled
+
+
+def sidecar_client_connections(port: int) -> int:
+    """Client connections a server on ``port`` still holds (from /proc/net/tcp)."""
+    held = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as rows:
+            next(rows)
+            for row in rows:
+                fields = row.split()
+                local_port = int(fields[1].rsplit(":", 1)[1], 16)
+                state, inode = fields[3], fields[9]
+                # 0A: LISTEN, 06: TIME_WAIT (no socket left); inode 0: not owned.
+                if local_port == port and state not in ("0A", "06") and inode != "0":
+                    held += 1
+    return held
+
+
+def _sidecar_config(upstream_url: str, redis_url: str) -> dict[str, Any]:
+    return {
+        "region": "us-east-1",
+        "endpoint_url": upstream_url,
+        "credentials": {"access_key_id": ACCESS_KEY, "secret_access_key": SECRET_KEY},
+        "routes": ROUTES,
+        "cache": _cache_settings(redis_url, "sidecar"),
+        "pool": {"prewarm": 2, "connect_timeout_ms": 300},
+        "sidecar": {
+            "write_timeout_s": SIDECAR_WRITE_TIMEOUT_S,
+            "header_timeout_s": 2.0,
+            "shutdown_grace_s": 2.0,
+        },
+    }
+
+
+# -- the run ----------------------------------------------------------------------
+
+
+async def soak(duration: float, seed: int, hostile_rate: float = HOSTILE_RATE) -> dict[str, Any]:
     rng = random.Random(seed)
     sockets_at_start = socket_fds()
     redis = RedisProcess()
     emulator = await asyncio.to_thread(Emulator.start_subprocess, EMULATOR_CONFIG)
+    hostile = await HostileUpstream(emulator.port, seed).start()
+    hostile.spell_rate = hostile_rate
     ledger = Ledger()
     stop = asyncio.Event()
     injected: Counter[str] = Counter()
+    made: Counter[str] = Counter()
+    mishandled: Counter[str] = Counter()
     ejections = 0
     upstream: dict[str, Any] = {}
+    sidecar: SidecarProcess | None = None
+    sidecar_held = 0
+    rss_start = rss_peak = 0
     try:
         await asyncio.to_thread(redis.start)
-        library_gw = _gateway(emulator.url, redis.url)
-        sidecar_gw = _gateway(emulator.url, redis.url)
+        sidecar = await asyncio.to_thread(
+            Sidecar.start_subprocess,
+            _sidecar_config(hostile.url, redis.url),
+            "127.0.0.1:0",
+            ("--log-level", "CRITICAL"),
+        )
+        library_gw = _gateway(hostile.url, redis.url)
         async with (
             library_gw,
-            sidecar_gw,
-            Sidecar(sidecar_gw, "127.0.0.1", 0) as sidecar,
             httpx.AsyncClient(
                 base_url=sidecar.url,
                 timeout=CALL_TIMEOUT_S + HANG_SLACK_S + 1,
                 limits=httpx.Limits(max_connections=8),
             ) as http,
         ):
+            rss_start = attacks.rss(sidecar.pid)
             tasks = [
                 asyncio.create_task(
                     library_caller(library_gw, ledger, stop, random.Random(seed + n))
@@ -437,15 +610,23 @@ async def soak(duration: float, seed: int) -> dict[str, Any]:
                 for n in range(3)
             ]
             scheduler = asyncio.create_task(
-                fault_scheduler(ledger, stop, emulator, redis, rng, library_gw)
+                fault_scheduler(ledger, stop, emulator, redis, rng, library_gw, hostile)
             )
+            attack = asyncio.create_task(attacker(sidecar.port, stop, random.Random(seed + 7)))
             await asyncio.sleep(duration)
             stop.set()
             injected = await scheduler
             await asyncio.gather(*tasks)
-            for gw in (library_gw, sidecar_gw):
-                for target in gw.route("pair").targets:
-                    ejections += target.ejections
+            made, mishandled = await attack
+            for target in library_gw.route("pair").targets:
+                ejections += target.ejections
+        # Every client has gone: the sidecar must let go of every connection.
+        for _ in range(100):
+            sidecar_held = sidecar_client_connections(sidecar.port)
+            if not sidecar_held:
+                break
+            await asyncio.sleep(0.05)
+        rss_peak = attacks.peak_rss(sidecar.pid)
         stats = await asyncio.to_thread(emulator.stats)
         upstream = {
             "calls": stats.count(),
@@ -454,6 +635,9 @@ async def soak(duration: float, seed: int) -> dict[str, Any]:
             "stalls": sum(stats.stalls.values()),
         }
     finally:
+        if sidecar is not None:
+            await asyncio.to_thread(sidecar.stop)
+        await hostile.close()
         await asyncio.to_thread(emulator.stop)
         await asyncio.to_thread(redis.cleanup)
     # Sockets close asynchronously; give the loop a moment before counting.
@@ -467,18 +651,30 @@ async def soak(duration: float, seed: int) -> dict[str, Any]:
     phases: dict[str, dict[str, float]] = defaultdict(dict)
     for (via, phase), values in sorted(ledger.latencies.items()):
         phases[phase][via] = round(p99(values) * 1000, 2)
+    bad_outcomes = ledger.hung + sum(ledger.wrong.values()) + ledger.incomplete
     return {
         "duration_s": duration,
         "calls": ledger.started,
         "succeeded": succeeded,
-        "failed": sum(ledger.failed.values()) - ledger.hung,
+        "failed": sum(ledger.failed.values()) - bad_outcomes,
         "failed_by_cause": dict(sorted(ledger.failed.items())),
         "hung": ledger.hung,
         "lost": ledger.started - len(ledger.outcomes),
-        "leaked_connections": max(leaked, 0),
+        "wrong": sum(ledger.wrong.values()),
+        "wrong_by_caller": dict(ledger.wrong),
+        "wrong_examples": ledger.wrong_examples,
+        "incomplete": ledger.incomplete,
+        "leaked_connections": max(leaked, 0) + sidecar_held,
+        "leaked_here": max(leaked, 0),
+        "sidecar_held_connections": sidecar_held,
         "unexpected": sum(ledger.unexpected.values()),
         "unexpected_by_cause": dict(ledger.unexpected),
         "faults_injected": dict(sorted(injected.items())),
+        "hostile_misbehaved": dict(sorted(hostile.done.items())),
+        "attacks": dict(sorted(made.items())),
+        "attacks_mishandled": dict(sorted(mishandled.items())),
+        "sidecar_rss_start_mib": round(rss_start / MIB, 1),
+        "sidecar_peak_rss_mib": round(rss_peak / MIB, 1),
         "ejections": ejections,
         "emulator_saw": upstream,
         "p99_ms_by_phase": dict(phases),
@@ -496,8 +692,19 @@ def report(summary: dict[str, Any]) -> str:
     lines += [
         f"  hung:            {summary['hung']}",
         f"  lost:            {summary['lost']}",
-        f"  leaked connections: {summary['leaked_connections']}",
+        f"  wrong answers:   {summary['wrong']} {summary['wrong_by_caller'] or ''}",
+        *(f"    e.g. {example}" for example in summary["wrong_examples"]),
+        f"  incomplete streams: {summary['incomplete']}",
+        f"  leaked connections: {summary['leaked_connections']} "
+        f"(here {summary['leaked_here']}, held by the sidecar "
+        f"{summary['sidecar_held_connections']})",
         f"  unexpected:      {summary['unexpected']} {summary['unexpected_by_cause'] or ''}",
+        f"  hostile upstream misbehaved: {summary['hostile_misbehaved']}",
+        f"  attacks on the sidecar: {summary['attacks']}",
+        f"  attacks mishandled: {sum(summary['attacks_mishandled'].values())} "
+        f"{summary['attacks_mishandled'] or ''}",
+        f"  sidecar RSS:     {summary['sidecar_rss_start_mib']} MiB at start, "
+        f"peak {summary['sidecar_peak_rss_mib']} MiB",
         f"  target ejections: {summary['ejections']}",
         f"  emulator saw:    {summary['emulator_saw']}",
         "  p99 latency (ms) by phase:",
@@ -513,22 +720,39 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench.soak", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--duration", type=float, default=60.0, help="seconds (default 60)")
-    parser.add_argument("--quick", action="store_true", help="a short run (8 s) for CI")
+    parser.add_argument("--quick", action="store_true", help="a short run (12 s) for CI")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true", help="also print the summary as JSON")
+    parser.add_argument(
+        "--hostile-rate",
+        type=float,
+        default=HOSTILE_RATE,
+        help=f"share of exchanges spoilt in hostile spells (default {HOSTILE_RATE})",
+    )
     args = parser.parse_args(argv)
-    duration = 8.0 if args.quick else args.duration
+    duration = 12.0 if args.quick else args.duration
     if duration <= 0:
         parser.error("--duration must be > 0")
     for name in list(os.environ):
         if name.startswith("AWS_"):
             del os.environ[name]
-    summary = asyncio.run(soak(duration, args.seed))
+    if not 0 <= args.hostile_rate <= 1:
+        parser.error("--hostile-rate must be in [0, 1]")
+    summary = asyncio.run(soak(duration, args.seed, args.hostile_rate))
     print(report(summary), flush=True)
     if args.json:
         print(orjson.dumps(summary).decode(), flush=True)
-    bad = (
-        summary["hung"] or summary["lost"] or summary["leaked_connections"] or summary["unexpected"]
+    bad = any(
+        summary[key]
+        for key in (
+            "hung",
+            "lost",
+            "wrong",
+            "incomplete",
+            "leaked_connections",
+            "unexpected",
+            "attacks_mishandled",
+        )
     )
     return 1 if bad else 0
 

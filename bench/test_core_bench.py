@@ -28,9 +28,11 @@ from bench._stub import BODY as STUB_BODY
 from bench._stub import RESPONSE as STUB_RESPONSE
 from bench._stub import StubServer
 from gateway import Gateway, errors
-from gateway._signing import Credentials, SigV4Signer, payload_sha256
-from gateway._transport import _Connection
-from gateway._wire import RawResponse, RequestSigner, decode_error, encode_head
+from gateway._api import decode_error
+from gateway._aws.sigv4 import Credentials, SigV4Signer, payload_sha256
+from gateway._http.message import RawResponse, encode_head
+from gateway._http.native import _Connection
+from gateway._http.request import RequestSigner
 
 BATCH = 100
 REGION = "us-east-1"

@@ -16,22 +16,24 @@ from ._cache import CacheSource, Loader, PredictionCache, PredictionCacheProtoco
 from ._codec import (
     FORMAT_VERSION,
     CodecError,
+    CorruptEntryError,
     Entry,
     UnknownFormatError,
     decode_entry,
     encode_entry,
 )
-from ._config import CacheConfig, CacheConfigError
+from ._config import CacheConfig, ConfigError
 from ._keys import make_key
 from ._stats import CacheStats
 
 __all__ = [
     "FORMAT_VERSION",
     "CacheConfig",
-    "CacheConfigError",
     "CacheSource",
     "CacheStats",
     "CodecError",
+    "ConfigError",
+    "CorruptEntryError",
     "Entry",
     "Loader",
     "PredictionCache",

@@ -21,14 +21,19 @@ import enum
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from ._codec import Entry, encode_entry
-from ._config import CacheConfig
+from ._config import CacheConfig, ConfigError
 from ._keys import make_key
 from ._near import NearTier
-from ._redis_tier import RedisTier
 from ._stats import CacheStats
+from ._target import redis_target
+from ._versions import VersionTags
+
+if TYPE_CHECKING:
+    from ._redis_tier import RedisTier
+    from ._target import RedisTarget
 
 __all__ = ["CacheSource", "Loader", "PredictionCache", "PredictionCacheProtocol"]
 
@@ -73,7 +78,9 @@ class PredictionCacheProtocol(Protocol):
         use_cache: bool = True,
     ) -> tuple[Entry, CacheSource]: ...
 
-    async def get_many(self, keys: Sequence[str]) -> list[Entry | None]: ...
+    async def get_many(
+        self, keys: Sequence[str], *, ttl_s: float | None = None
+    ) -> list[Entry | None]: ...
 
     def put(self, key: str, entry: Entry, ttl_s: float | None = None) -> Entry: ...
 
@@ -121,11 +128,14 @@ class PredictionCache:
         # Bound once: the hit path then costs no attribute chain lookups.
         self._near_slots = self._near.slots
         self._near_touch = self._near.slots.move_to_end
-        target = config.redis_target()
-        self._redis = RedisTier(config, target, self._stats) if target is not None else None
+        target = redis_target(config)
+        self._redis = _redis_tier(config, target, self._stats) if target is not None else None
         self._flights: dict[str, _Flight] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
+        self.versions = VersionTags(
+            config.namespace, self._redis, config.version_ttl_s, self._stats, self._spawn
+        )
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -133,6 +143,7 @@ class PredictionCache:
         """Connect and pre-warm Redis. A dead Redis does not fail this: the circuit opens."""
         if self._redis is not None:
             await self._redis.start()
+        self.versions.start()
 
     async def close(self) -> None:
         """Cancel background loads and refreshes, flush queued writes, close pools."""
@@ -170,11 +181,22 @@ class PredictionCache:
         """(entries, estimated bytes) held by the near tier."""
         return len(self._near), self._near.nbytes
 
+    def observe_circuit(self, observer: Callable[[str], None] | None) -> None:
+        """Call ``observer(state)`` when Redis is lost or back.
+
+        ``state`` is the summary in ``stats.circuit_state``: ``"open"`` (the
+        tier is skipped), ``"partial"`` (some Cluster nodes are), or
+        ``"closed"`` (back). Half-open trials are not reported.
+        """
+        if self._redis is not None:
+            self._redis.observer = observer
+
     def clear_near(self) -> None:
         self._near.clear()
 
     async def flush_writes(self) -> None:
         """Wait for queued Redis writes to be sent (tests, benchmarks, shutdown)."""
+        await self.versions.flush()
         if self._redis is not None:
             await self._redis.flush()
 
@@ -233,8 +255,14 @@ class PredictionCache:
             return await self._follow(flight), CacheSource.COALESCED
         return await self._lead(key, loader, ttl_s)
 
-    async def get_many(self, keys: Sequence[str]) -> list[Entry | None]:
-        """Fresh entries for ``keys`` (None where absent): near first, one MGET for the rest."""
+    async def get_many(
+        self, keys: Sequence[str], *, ttl_s: float | None = None
+    ) -> list[Entry | None]:
+        """Fresh entries for ``keys`` (None where absent): near first, one MGET for the rest.
+
+        ``ttl_s`` (default: the configured TTL) caps how long after it was
+        stored a Redis entry counts as fresh, whatever its own expiry says.
+        """
         if not self._enabled:
             return [None] * len(keys)
         results: list[Entry | None] = []
@@ -251,7 +279,8 @@ class PredictionCache:
         self._stats.near_hits += len(keys) - len(missing)
         if missing and self._redis is not None:
             found = await self._redis.get_many([keys[i] for i in missing])
-            self._fill_from_redis(keys, missing, found, results)
+            ttl = self._ttl_s if ttl_s is None else ttl_s
+            self._fill_from_redis(keys, missing, found, results, ttl)
         self._stats.misses += sum(1 for i in missing if results[i] is None)
         return results
 
@@ -280,7 +309,7 @@ class PredictionCache:
         flight = _Flight(asyncio.get_running_loop().create_future())
         self._flights[key] = flight
         try:
-            found = await self._read_redis(key)
+            found = await self._read_redis(key, ttl_s)
         except asyncio.CancelledError:
             self._hand_over(key, loader, ttl_s, flight)
             raise
@@ -324,7 +353,7 @@ class PredictionCache:
         accept_stale: bool = True,
     ) -> None:
         """Redis, then the loader, settling ``flight``; runs as a background task."""
-        found = await self._read_redis(key)
+        found = await self._read_redis(key, ttl_s)
         if found is not None and (accept_stale or found[1]):
             if found[1]:
                 self._stats.redis_hits += 1
@@ -363,11 +392,14 @@ class PredictionCache:
 
     # -- tiers ---------------------------------------------------------------
 
-    async def _read_redis(self, key: str) -> tuple[Entry, bool] | None:
+    async def _read_redis(self, key: str, ttl_s: float | None) -> tuple[Entry, bool] | None:
         """A usable Redis entry (filled into the near tier) and whether it is fresh."""
         if self._redis is None:
             return None
         entry = await self._redis.get(key)
+        if entry is None:
+            return None
+        entry = self._clamped(entry, self._ttl_s if ttl_s is None else ttl_s, _wall_clock())
         if entry is None:
             return None
         fresh_for_s = entry.expires_at - _wall_clock()
@@ -376,17 +408,37 @@ class PredictionCache:
         self._near.put(key, entry, fresh_for_s, _monotonic())
         return entry, fresh_for_s > 0
 
+    def _clamped(self, entry: Entry, ttl_s: float, wall_now: float) -> Entry | None:
+        """``entry`` fresh for at most ``ttl_s`` after it was stored, or None if implausible.
+
+        The expiry in a shared entry is only what its writer claims: a
+        reader never trusts it beyond its own TTL, and an entry stamped as
+        stored further ahead than that TTL is no entry a sane writer made.
+        """
+        stored_at = entry.stored_at
+        if stored_at > wall_now + ttl_s:
+            self._stats.corrupt_entries += 1
+            return None
+        latest = stored_at + ttl_s
+        if entry.expires_at > latest:
+            return entry._replace(expires_at=latest)
+        return entry
+
     def _fill_from_redis(
         self,
         keys: Sequence[str],
         missing: list[int],
         found: list[Entry | None],
         results: list[Entry | None],
+        ttl_s: float,
     ) -> None:
         wall_now, now = _wall_clock(), _monotonic()
         put_near = self._near.put
         hits = 0
-        for index, entry in zip(missing, found, strict=True):
+        for index, found_entry in zip(missing, found, strict=True):
+            if found_entry is None:
+                continue
+            entry = self._clamped(found_entry, ttl_s, wall_now)
             if entry is None:
                 continue
             fresh_for_s = entry.expires_at - wall_now
@@ -412,6 +464,9 @@ class PredictionCache:
         except ValueError:
             self._stats.writes_dropped += 1
             return
+        if len(blob) > self._config.max_value_bytes:
+            self._stats.writes_dropped += 1  # readers would refuse it
+            return
         # Redis keeps the value through the stale grace so other processes
         # can serve it stale while one of them refreshes it.
         px_ms = max(1, int((ttl_s + self._grace_s) * 1000))
@@ -425,7 +480,21 @@ class PredictionCache:
             self._stats.load_errors += 1
             raise
 
-    def _spawn(self, coro: Awaitable[None]) -> None:
+    def _spawn(self, coro: Awaitable[None]) -> asyncio.Future[None]:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
+
+
+def _redis_tier(config: CacheConfig, target: RedisTarget, stats: CacheStats) -> RedisTier:
+    # redis is an optional dependency (the "redis" extra): imported only
+    # when a Redis tier is configured.
+    try:
+        from ._redis_tier import RedisTier
+    except ImportError:
+        raise ConfigError(
+            "cache: a Redis tier is configured (redis_url or cluster) but the redis package "
+            "is not installed: pip install 'sagemaker-gateway[redis]'"
+        ) from None
+    return RedisTier(config, target, stats)

@@ -11,6 +11,9 @@ Rules this module keeps:
   pool checkout, reconnect, send, read) runs inside one ``asyncio.timeout``
   of ``redis_socket_timeout_ms``. redis-py disconnects a connection whose
   command was cancelled, so a late reply can never be read by the next one.
+* One circuit breaker per Redis; for a Cluster also one per node, so a
+  dead node costs the keys in its slots, not the whole tier. A key whose
+  node's circuit is open is a miss (or a dropped write) without a command.
 * No hidden retries: every redis-py client and connection gets
   ``Retry(NoBackoff(), 0)`` (redis-py 8 defaults to 10 retries with backoff,
   and the Sentinel's own clients too). Failures are counted and feed the
@@ -36,10 +39,11 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 
-from ._circuit import CircuitBreaker
-from ._codec import CodecError, Entry, UnknownFormatError, decode_entry
-from ._config import CacheConfig, RedisTarget
+from ._circuit import CLOSED, CircuitBreaker
+from ._codec import CodecError, CorruptEntryError, Entry, UnknownFormatError, decode_entry
+from ._config import CacheConfig
 from ._stats import CacheStats
+from ._target import RedisTarget
 
 __all__ = ["RedisTier"]
 
@@ -63,11 +67,19 @@ class RedisTier:
         self._connect_timeout_s = config.redis_connect_timeout_ms / 1000.0
         self._slot_wait_s = config.redis_slot_wait_ms / 1000.0
         self._slots = asyncio.Semaphore(config.redis_max_connections)
-        self.circuit = CircuitBreaker(config.circuit_failures, config.circuit_reset_s, stats)
+        self._cluster = target.kind == "cluster"
+        self._node_circuits: dict[str, CircuitBreaker] = {}
+        # Told the summary state when Redis is lost ("open", "partial") or back
+        # ("closed"); see PredictionCache.observe_circuit.
+        self.observer: Callable[[str], None] | None = None
+        self._reported = CLOSED
+        # Tier-wide: Redis unreachable at start, or (single Redis) failing.
+        self.circuit = self._new_circuit("")
         self._sentinel: Sentinel | None = None
         self._client: Any = None  # Redis | RedisCluster; typed loosely, see _command
-        self._pending: deque[tuple[str, bytes, int]] = deque()
+        self._pending: deque[tuple[str, bytes | None, int]] = deque()
         self._max_pending = config.redis_max_pending_writes
+        self._max_value_bytes = config.max_value_bytes
         self._wake_writer = asyncio.Event()
         self._writer_idle = asyncio.Event()
         self._writer_idle.set()
@@ -97,24 +109,68 @@ class RedisTier:
     # -- reads ---------------------------------------------------------------
 
     async def get(self, key: str) -> Entry | None:
-        if not self._usable():
+        circuit = self._guard(key)
+        if circuit is None:
             return None
-        raw = await self._run(self._command, "GET", key)
-        return None if raw is None else self._decode(raw)
+        raw = await self._run(self._command, "GET", key, circuit=circuit)
+        return None if raw is None else self._decode(key, raw)
 
     async def get_many(self, keys: Sequence[str]) -> list[Entry | None]:
         if not keys or not self._usable():
             return [None] * len(keys)
+        if self._cluster:
+            return await self._get_many_per_node(keys)
         raws = await self._run(self._mget, keys)
         if raws is None:
             return [None] * len(keys)
         decode = self._decode
-        return [None if raw is None else decode(raw) for raw in raws]
+        pairs = zip(keys, raws, strict=True)
+        return [None if raw is None else decode(key, raw) for key, raw in pairs]
+
+    async def hgetall(self, key: str) -> dict[Any, Any] | None:
+        """The hash at ``key`` ({} when absent), or None when Redis is unavailable."""
+        circuit = self._guard(key)
+        if circuit is None:
+            return None
+        result: dict[Any, Any] | None = await self._run(
+            self._command, "HGETALL", key, circuit=circuit
+        )
+        return result
+
+    async def hset_many(self, key: str, fields: dict[str, str]) -> bool:
+        """``HSET key field value ...``; False when Redis is unavailable."""
+        circuit = self._guard(key) if fields else None
+        if circuit is None:
+            return False
+        flat = [item for pair in fields.items() for item in pair]
+        return await self._run(self._command, "HSET", key, *flat, circuit=circuit) is not None
+
+    async def _get_many_per_node(self, keys: Sequence[str]) -> list[Entry | None]:
+        """One MGET group per Cluster node, each under its node's circuit, concurrently."""
+        groups: dict[CircuitBreaker, list[int]] = {}
+        for index, key in enumerate(keys):
+            circuit = self._node_guard(key)
+            if circuit is not None:
+                groups.setdefault(circuit, []).append(index)
+        results: list[Entry | None] = [None] * len(keys)
+
+        async def fetch(circuit: CircuitBreaker, indices: list[int]) -> None:
+            raws = await self._run(self._mget, [keys[i] for i in indices], circuit=circuit)
+            if raws is not None:
+                for index, raw in zip(indices, raws, strict=True):
+                    if raw is not None:
+                        results[index] = self._decode(keys[index], raw)
+
+        await asyncio.gather(*(fetch(circuit, indices) for circuit, indices in groups.items()))
+        return results
 
     # -- writes --------------------------------------------------------------
 
-    def submit_write(self, key: str, blob: bytes, px_ms: int) -> None:
-        """Queue ``SET key blob PX px_ms`` for the background writer; never waits."""
+    def submit_write(self, key: str, blob: bytes | None, px_ms: int) -> None:
+        """Queue ``SET key blob PX px_ms`` (``DEL key`` for None) for the background writer.
+
+        Never waits.
+        """
         if self._closing or not self._usable() or len(self._pending) >= self._max_pending:
             self._stats.writes_dropped += 1
             return
@@ -130,6 +186,7 @@ class RedisTier:
     # -- internals: circuit and deadline -------------------------------------
 
     def _usable(self) -> bool:
+        """Whether the tier as a whole takes commands (see ``_guard`` for one key)."""
         if self.circuit.closed:
             return True
         if self.circuit.trial_due():
@@ -137,13 +194,74 @@ class RedisTier:
         self._stats.redis_skipped += 1
         return False
 
+    def _guard(self, key: str) -> CircuitBreaker | None:
+        """The circuit a command on ``key`` runs under, or None to skip it (a miss)."""
+        if not self._usable():
+            return None
+        if not self._cluster:
+            return self.circuit
+        return self._node_guard(key)
+
+    def _node_guard(self, key: str) -> CircuitBreaker | None:
+        """The circuit of the Cluster node owning ``key``, if it is closed."""
+        try:
+            node = self._client.get_node_from_key(key)
+        except Exception:  # a slot no known node owns (yet): nothing to send it to
+            node = None
+        if node is None:
+            self._stats.redis_skipped += 1
+            return None
+        circuit = self._node_circuits.get(node.name)
+        if circuit is None:
+            circuit = self._node_circuits[node.name] = self._new_circuit(node.name)
+        if circuit.closed:
+            return circuit
+        if circuit.trial_due():
+            self._spawn(self._trial_node(circuit))
+        self._stats.redis_skipped += 1
+        return None
+
+    def _new_circuit(self, name: str) -> CircuitBreaker:
+        config = self._config
+        return CircuitBreaker(
+            config.circuit_failures,
+            config.circuit_reset_s,
+            self._stats,
+            on_change=self._summarise_circuits,
+            name=name,
+        )
+
+    def _summarise_circuits(self) -> None:
+        stats = self._stats
+        open_nodes = sum(1 for circuit in self._node_circuits.values() if not circuit.closed)
+        stats.circuit_open_nodes = open_nodes
+        if self.circuit.state != CLOSED:
+            stats.circuit_state = self.circuit.state
+        else:
+            stats.circuit_state = "partial" if open_nodes else CLOSED
+        self._report(stats.circuit_state)
+
+    def _report(self, state: str) -> None:
+        # Lost: closed -> open/partial; back: -> closed. A half-open trial, or
+        # open <-> partial, is not news to an operator.
+        if state == "half_open" or (state != CLOSED) == (self._reported != CLOSED):
+            return
+        self._reported = state
+        if self.observer is not None:
+            self.observer(state)
+
     async def _run(
         self,
         operation: Callable[..., Awaitable[_T]],
         *args: Any,
         slot_wait_s: float | None = None,
+        circuit: CircuitBreaker | None = None,
     ) -> _T | None:
-        """``operation(*args)`` under a connection slot and the deadline; None on any failure."""
+        """``operation(*args)`` under a connection slot and the deadline; None on any failure.
+
+        The outcome is recorded on ``circuit`` (default: the tier's).
+        """
+        breaker = self.circuit if circuit is None else circuit
         if not await self._acquire_slot(self._slot_wait_s if slot_wait_s is None else slot_wait_s):
             self._stats.redis_pool_exhausted += 1
             return None
@@ -152,17 +270,17 @@ class RedisTier:
                 result = await operation(*args)
         except TimeoutError:
             self._stats.redis_timeouts += 1
-            self.circuit.record_failure()
+            breaker.record_failure()
             return None
         except Exception:
             # Fail-open by design: whatever redis-py raises (connection,
             # protocol, cluster topology, auth, OOM replies...) is a miss.
             self._stats.redis_errors += 1
-            self.circuit.record_failure()
+            breaker.record_failure()
             return None
         finally:
             self._slots.release()
-        self.circuit.record_success()
+        breaker.record_success()
         return result
 
     async def _acquire_slot(self, wait_s: float) -> bool:
@@ -176,13 +294,27 @@ class RedisTier:
             return False
         return True
 
-    def _decode(self, raw: bytes) -> Entry | None:
+    def _decode(self, key: str, raw: bytes) -> Entry | None:
+        """The entry in ``raw``, or None (counted) for anything that is not a usable entry.
+
+        A damaged value is deleted, so no other reader pays to decode it
+        again; the caller's load will usually overwrite it first anyway.
+        """
+        if len(raw) > self._max_value_bytes:
+            self._stats.oversize_entries += 1
+            self.submit_write(key, None, 0)
+            return None
         try:
             return decode_entry(raw)
         except UnknownFormatError:
+            # Another codec version's entry (a rolling deploy): a miss, left alone.
             self._stats.unknown_format += 1
+            return None
+        except CorruptEntryError:
+            self._stats.corrupt_entries += 1
         except CodecError:
             self._stats.decode_errors += 1
+        self.submit_write(key, None, 0)
         return None
 
     # -- internals: commands -------------------------------------------------
@@ -199,10 +331,13 @@ class RedisTier:
             result = await self._client.execute_command("MGET", *keys)
         return result
 
-    async def _set_batch(self, batch: list[tuple[str, bytes, int]]) -> list[Any]:
+    async def _set_batch(self, batch: list[tuple[str, bytes | None, int]]) -> list[Any]:
         pipe = self._client.pipeline(transaction=False)
         for key, blob, px_ms in batch:
-            pipe.set(key, blob, px=px_ms)
+            if blob is None:
+                pipe.delete(key)
+            else:
+                pipe.set(key, blob, px=px_ms)
         replies: list[Any] = await pipe.execute()
         return replies
 
@@ -250,6 +385,21 @@ class RedisTier:
         else:
             self.circuit.record_failure()
 
+    async def _trial_node(self, circuit: CircuitBreaker) -> None:
+        """The half-open trial of one Cluster node: reconnect to it and PING it."""
+        client = self._client
+        try:
+            async with asyncio.timeout(self._connect_timeout_s + self._op_timeout_s):
+                node = client.get_node(node_name=circuit.name)
+                if node is None:
+                    raise LookupError(circuit.name)
+                await node.disconnect()  # connections from before it failed are dead
+                await client.execute_command("PING", target_nodes=node)
+        except Exception:
+            circuit.record_failure()
+            return
+        circuit.record_success()
+
     # -- internals: background writer ----------------------------------------
 
     async def _write_loop(self) -> None:
@@ -265,13 +415,30 @@ class RedisTier:
             if self._closing:
                 return
 
-    async def _write_batch(self, batch: list[tuple[str, bytes, int]]) -> None:
+    async def _write_batch(self, batch: list[tuple[str, bytes | None, int]]) -> None:
         if not self._usable():
             self._stats.writes_dropped += len(batch)
             return
+        if not self._cluster:
+            await self._send_writes(batch, self.circuit)
+            return
+        groups: dict[CircuitBreaker, list[tuple[str, bytes | None, int]]] = {}
+        for item in batch:
+            circuit = self._node_guard(item[0])
+            if circuit is None:
+                self._stats.writes_dropped += 1
+            else:
+                groups.setdefault(circuit, []).append(item)
+        await asyncio.gather(*(self._send_writes(items, c) for c, items in groups.items()))
+
+    async def _send_writes(
+        self, batch: list[tuple[str, bytes | None, int]], circuit: CircuitBreaker
+    ) -> None:
         # Unlike a lookup nobody waits on this, so it may wait for a slot as
         # long as a command may take rather than giving up at once.
-        done = await self._run(self._set_batch, batch, slot_wait_s=self._op_timeout_s)
+        done = await self._run(
+            self._set_batch, batch, slot_wait_s=self._op_timeout_s, circuit=circuit
+        )
         if done is None:
             self._stats.writes_dropped += len(batch)
         else:

@@ -27,10 +27,14 @@ class CacheStats:
     redis_pool_exhausted: int = 0  # no connection slot within the short wait
     writes: int = 0
     writes_dropped: int = 0
-    decode_errors: int = 0
+    decode_errors: int = 0  # values that are not cache entries at all
+    corrupt_entries: int = 0  # checksum, length, timestamp or header-value check failed
+    oversize_entries: int = 0  # values above max_value_bytes, refused unread
     unknown_format: int = 0  # entries written by another codec version (also misses)
+    # "closed", "open", "half_open"; "partial" when some Cluster nodes' circuits are open.
     circuit_state: str = "closed"
     circuit_opens: int = 0
+    circuit_open_nodes: int = 0  # Cluster nodes whose circuit is open or half-open
 
     def as_dict(self) -> dict[str, int | str]:
         return asdict(self)

@@ -5,12 +5,15 @@
 garbage collector's full passes out of the tail latency.
 """
 
+# First, before anything imports routing or cache: a shadowing module fails clearly.
+import gateway._names  # noqa: F401  (importing it checks)
 from gateway import errors
+from gateway._api import MAX_PAYLOAD_BYTES, AsyncInvocation, InvokeResult
+from gateway._aws.sigv4 import Credentials
 from gateway._client import Gateway, InvokeStream
 from gateway._config import GatewayConfig, PoolConfig
 from gateway._gc import GcTuning, tune_gc
-from gateway._signing import Credentials
-from gateway._wire import MAX_PAYLOAD_BYTES, AsyncInvocation, InvokeResult
+from gateway._version import __version__
 from gateway.errors import (
     DeadlineExceeded,
     GatewayError,
@@ -38,6 +41,7 @@ __all__ = [
     "PoolConfig",
     "ServiceError",
     "ValidationError",
+    "__version__",
     "errors",
     "tune_gc",
 ]

@@ -10,16 +10,19 @@ import sys
 _COMMANDS = {
     "emulator": ("gateway.emulator", "run a local SageMaker Runtime emulator"),
     "sidecar": ("gateway.sidecar", "run the sidecar proxy (SageMaker Runtime API on a local port)"),
-    "demo": ("gateway.demo", "the main job: RTB traffic through the gateway, on the emulator"),
+    "demo": (
+        "gateway.tools.demo",
+        "the main job: RTB traffic through the gateway, on the emulator",
+    ),
     "loadtest": (
-        "gateway.loadtest",
+        "gateway.tools.loadtest",
         "staged load test against a route, the sidecar or the emulator",
     ),
 }
 
 
 def _usage() -> str:
-    lines = ["usage: python -m gateway COMMAND [options]", "", "commands:"]
+    lines = ["usage: python -m gateway [--version] COMMAND [options]", "", "commands:"]
     lines += [f"  {name:<10} {help_text}" for name, (_, help_text) in _COMMANDS.items()]
     return "\n".join(lines)
 
@@ -29,6 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(_usage())
         return 0 if args else 2
+    if args[0] in ("-V", "--version"):
+        from gateway._version import __version__
+
+        print(f"sagemaker-gateway {__version__}")
+        return 0
     command = _COMMANDS.get(args[0])
     if command is None:
         print(f"unknown command {args[0]!r}\n\n{_usage()}", file=sys.stderr)

@@ -1,3 +1,6 @@
+# Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py); an editable install runs it
+# as plain Python. Keep it compilable: no async generators, no monkeypatching of its classes,
+# re-check attributes narrowed before an await. A compiled install needs a rebuild after edits.
 """The public client: ``Gateway``.
 
 The success path of ``invoke`` is deliberately plain: look in the near
@@ -10,49 +13,71 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
-import os
+import math
+import ssl
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, cast
 
 from mypy_extensions import mypyc_attr
 
-from cache import CacheConfig, CacheConfigError, CacheSource, Entry, PredictionCache
+from cache import CacheConfig, PredictionCache
 from gateway import errors
-from gateway._config import GatewayConfig, PoolConfig
-from gateway._credentials import CredentialSource, botocore_fetcher
-from gateway._httpx_transport import HttpxTransport
-from gateway._metrics import GatewayMetrics
-from gateway._pipeline import Invoker, TargetPlan, outcome_of
-from gateway._signing import Credentials, SigV4Signer
-from gateway._streaming import OpenedStream, payload_parts
-from gateway._transport import NativeTransport, Transport
-from gateway._wire import (
-    INVOKE_HEADERS,
+from gateway._api import (
+    INVOKE,
+    INVOKE_ASYNC,
+    INVOKE_STREAM,
+    MAX_ASYNC_BODY_BYTES,
     AsyncInvocation,
     InvokeResult,
-    Origin,
-    PreparedRequest,
-    RequestSigner,
     async_invocation_from_response,
     check_endpoint_name,
-    check_header_value,
     check_payload,
-    decode_error,
+    check_value,
+    sagemaker_headers,
+    signable_headers,
 )
+from gateway._aws.sigv4 import Credentials, SigV4Signer
+from gateway._cached import CachedCalls
+from gateway._call import Invoker, code_of
+from gateway._config import GatewayConfig, PoolConfig
+from gateway._credentials import CredentialSource
+from gateway._events import (
+    CacheLookup,
+    CallFinished,
+    CallStarted,
+    CircuitClosed,
+    CircuitOpened,
+    Emit,
+    Event,
+    Hook,
+    Instrumentation,
+    StateLog,
+    TargetEjected,
+    TargetReadmitted,
+)
+from gateway._http.httpx_transport import HttpxTransport
+from gateway._http.interfaces import Transport
+from gateway._http.message import Origin
+from gateway._http.native import NativeTransport
+from gateway._http.request import PreparedRequest
+from gateway._metrics import DEFAULT_LABEL_CAP, GatewayMetrics
+from gateway._streaming import OpenedStream, payload_parts
+from gateway._targets import TargetPlan, Targets
+from gateway._tracing import TracingHook, gateway_tracer
 from routing import (
-    Outcome,
     Route,
     RouteConfig,
-    RouteConfigError,
     Router,
     TargetHealth,
     TargetState,
     parse_routes,
 )
+from sagemaker_gateway_config import read
 
 __all__ = ["Gateway", "InvokeStream"]
 
@@ -60,10 +85,8 @@ __all__ = ["Gateway", "InvokeStream"]
 # container limit plus transfer time.
 _NO_TIMEOUT_S = 70.0
 _MAX_CACHED_VALUES = 4096
-# Metadata a cached answer must give back, as cache.Entry.meta names it.
-_META_VARIANT = "variant"
-_META_ATTRIBUTES = "custom-attributes"
-_META_TARGET = "target"
+_ACCEPT = INVOKE.by_keyword["accept"]
+_CONTENT_TYPE = INVOKE.by_keyword["content_type"]
 
 
 class InvokeStream:
@@ -130,14 +153,22 @@ class Gateway:
         timeout: float | None = None,
         routes: Mapping[str, Any] | None = None,
         cache: CacheConfig | Mapping[str, Any] | None = None,
-        use_fips_endpoint: bool = False,
-        use_dualstack_endpoint: bool = False,
+        use_fips_endpoint: bool | None = None,
+        use_dualstack_endpoint: bool | None = None,
+        ignore_configured_endpoint_urls: bool | None = None,
+        ca_bundle: str | None = None,
+        user_agent_extra: str | None = None,
+        user_agent_appid: str | None = None,
+        defaults: Mapping[str, Any] | None = None,
         config: GatewayConfig | None = None,
+        hooks: Sequence[Hook] = (),
     ) -> None:
         if config is None:
             sections: dict[str, Mapping[str, Any]] = {}
             if routes is not None:
                 sections["routes"] = routes
+            if defaults is not None:
+                sections["defaults"] = defaults
             if isinstance(cache, Mapping):
                 sections["cache"] = cache
             config = GatewayConfig(
@@ -145,9 +176,14 @@ class Gateway:
                 endpoint_url=endpoint_url,
                 credentials=_as_credentials(credentials),
                 profile=profile,
-                transport=transport if isinstance(transport, str) else "native",
+                # A str is checked against the choices by GatewayConfig.
+                transport=cast(Any, transport) if isinstance(transport, str) else "native",
                 use_fips_endpoint=use_fips_endpoint,
                 use_dualstack_endpoint=use_dualstack_endpoint,
+                ignore_configured_endpoint_urls=ignore_configured_endpoint_urls,
+                ca_bundle=ca_bundle,
+                user_agent_extra=user_agent_extra,
+                user_agent_appid=user_agent_appid,
                 pool=_as_pool(pool),
                 default_timeout_ms=timeout * 1000 if timeout is not None else None,
                 sections=sections,
@@ -159,19 +195,27 @@ class Gateway:
         self._default_timeout = (
             config.default_timeout_ms / 1000 if config.default_timeout_ms else _NO_TIMEOUT_S
         )
-        self._router = Router(_route_configs(config))
-        self.metrics = GatewayMetrics()
-        self._invoker = Invoker(self._transport, self._plan_for, self.metrics)
+        self._router = Router(
+            _route_configs(config),
+            observer=self._health_changed,
+            default_template=_defaults(config),
+        )
+        self._targets = Targets(config)
+        self._invoker = Invoker(self._transport, self._targets)
         self._cache = _make_cache(cache if isinstance(cache, CacheConfig) else None, config)
-        self._versions: dict[tuple[str, str | None], str] = {}
+        self._cached = CachedCalls(self._cache) if self._cache is not None else None
+        # The instrumentation stream (gateway._events): None while no hook is
+        # registered, and then the call path builds no event at all.
+        self._emit: Emit | None = None
+        self._metrics: GatewayMetrics | None = None
+        self._state_log = StateLog()
+        self._instrumentation = Instrumentation()
+        self._instrumentation.subscribe(self._set_emit)
+        for hook in hooks:
+            self.add_hook(hook)
         self._before_host_cache: dict[
             tuple[str | None, str | None], tuple[tuple[str, str], ...]
         ] = {}
-        self._origin: Origin | None = None
-        self._region = ""
-        self._region_urls: dict[str, str] = {}
-        self._origins: dict[str, Origin] = {}
-        self._signers: dict[str, RequestSigner] = {}
         self._credentials: CredentialSource | None = None
         self._health_task: asyncio.Task[None] | None = None
         self._started = False
@@ -185,10 +229,14 @@ class Gateway:
 
     @staticmethod
     def _make_transport(config: GatewayConfig) -> Transport:
-        options = config.pool.transport_options()
+        pool = config.pool
+        if pool.tls_verify and pool.ssl_context is None:
+            ca_bundle = config.ca_bundle or _botocore_ca_bundle(config.profile)
+            if ca_bundle:
+                pool = dataclasses.replace(pool, ssl_context=_ssl_context(ca_bundle))
         if config.transport == "httpx":
-            return HttpxTransport(options)
-        return NativeTransport(options)
+            return HttpxTransport(pool)
+        return NativeTransport(pool)
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -209,68 +257,31 @@ class Gateway:
             return
         regions = {t.region for r in self._router.routes.values() for t in r.config.targets}
         region, url, region_urls, fetch = await asyncio.to_thread(
-            self._resolve_with_botocore, {r for r in regions if r}
+            self._targets.resolve_with_botocore, {r for r in regions if r}
         )
-        self._region, self._region_urls = region, region_urls
-        self._origin = Origin.from_url(url)
         if self.config.credentials is not None:
             self._credentials = CredentialSource.static(self.config.credentials)
         else:
             assert fetch is not None
-            self._credentials = CredentialSource(fetch)
-        await self._credentials.start()
-        await self._transport.start(self._all_origins())
-        if self._cache is not None:
-            await self._cache.start()
-        if any(r.config.health_check.enabled for r in self._router.routes.values()):
-            self._health_task = asyncio.get_running_loop().create_task(self._health_checks())
-        self._started = True
-
-    def _all_origins(self) -> list[Origin]:
-        assert self._origin is not None
-        origins = {self._origin}
-        for route in self._router.routes.values():
-            for state in route.targets:
-                origins.add(self._target_origin(state.target.url, state.target.region))
-        return list(origins)
-
-    def _resolve_with_botocore(self, regions: set[str]) -> tuple[str, str, dict[str, str], Any]:
-        """Region, runtime URLs and credential chain, resolved as botocore would.
-
-        Runs once, in a thread: building a botocore client costs tens of
-        milliseconds, which is fine at start and never acceptable per call.
-        """
-        import botocore.session
-
-        session = botocore.session.get_session()
-        if self.config.profile:
-            session.set_config_variable("profile", self.config.profile)
-        region = self.config.region or session.get_config_variable("region")
-        if not region:
-            raise errors.ConfigError(
-                "region: not set (pass region=, set it in the config, or set AWS_DEFAULT_REGION)"
+            self._credentials = CredentialSource(
+                fetch,
+                advisory_s=self.config.credential_refresh_advisory_s,
+                mandatory_s=self.config.credential_refresh_mandatory_s,
             )
-        configured = self.config.endpoint_url or _endpoint_from_environment()
-        url = configured or self._botocore_endpoint(session, region)
-        # Targets in other regions need their own regional runtime host.
-        region_urls = {r: self._botocore_endpoint(session, r) for r in regions if r != region}
-        fetch = botocore_fetcher(session) if self.config.credentials is None else None
-        return region, url, region_urls, fetch
-
-    def _botocore_endpoint(self, session: Any, region: str) -> str:
-        import botocore.config
-
-        client = session.create_client(
-            "sagemaker-runtime",
-            region_name=region,
-            aws_access_key_id="unused",
-            aws_secret_access_key="unused",
-            config=botocore.config.Config(
-                use_fips_endpoint=self.config.use_fips_endpoint,
-                use_dualstack_endpoint=self.config.use_dualstack_endpoint,
-            ),
-        )
-        return str(client.meta.endpoint_url)
+        self._credentials.observer = self._state_changed
+        self._targets.start(region, url, region_urls, self._credentials)
+        await self._credentials.start()
+        await self._transport.start(self._targets.all_origins(self._router.routes.values()))
+        if self._cache is not None:
+            self._cache.observe_circuit(self._circuit_changed)
+            await self._cache.start()
+        self._start_tracing()
+        checked = [r for r in self._router.routes.values() if r.config.health_check.enabled]
+        if checked:
+            self._health_task = asyncio.get_running_loop().create_task(
+                self._invoker.health_checks(checked)
+            )
+        self._started = True
 
     async def aclose(self) -> None:
         if self._health_task is not None:
@@ -284,42 +295,6 @@ class Gateway:
         if self._credentials is not None:
             await self._credentials.aclose()
         self._started = False
-
-    # -- targets -------------------------------------------------------------
-
-    def _target_origin(self, url: str | None, region: str | None) -> Origin:
-        assert self._origin is not None
-        if url is None and (region is None or region == self._region):
-            return self._origin
-        if url is None:
-            assert region is not None
-            url = (
-                self._region_urls.get(region) or f"https://runtime.sagemaker.{region}.amazonaws.com"
-            )
-        origin = self._origins.get(url)
-        if origin is None:
-            origin = self._origins[url] = Origin.from_url(url)
-        return origin
-
-    def _signer_for(self, region: str | None) -> RequestSigner:
-        region = region or self._region
-        signer = self._signers.get(region)
-        if signer is None:
-            assert self._credentials is not None
-            signer = RequestSigner(SigV4Signer(region), self._credentials.current)
-            self._signers[region] = signer
-        return signer
-
-    def _plan_for(self, route: Route, state: TargetState) -> TargetPlan:
-        target = state.target
-        check_endpoint_name(target.endpoint)
-        return TargetPlan(
-            target.endpoint,
-            self._target_origin(target.url, target.region),
-            self._signer_for(target.region),
-            target.variant,
-            self.metrics.target(route.name, state.key),
-        )
 
     # -- calls ---------------------------------------------------------------
 
@@ -338,6 +313,7 @@ class Gateway:
         enable_explanations: str | None = None,
         inference_component: str | None = None,
         session_id: str | None = None,
+        prefix_aware_id: str | None = None,
         timeout: float | None = None,
         cache: bool | None = None,
         cache_ttl: float | None = None,
@@ -353,28 +329,41 @@ class Gateway:
         """
         if not self._started:
             raise errors.GatewayError("the gateway is not started: use 'async with Gateway(...)'")
-        route = self._router.resolve(endpoint)
+        route = self._resolve(endpoint)
         if timeout is None:
             timeout = route.timeout_s or self._default_timeout
+        else:
+            _check_timeout(timeout)
         check_payload(body)
         before_host = self._before_host_cache.get((content_type, accept))
         if before_host is None:
             before_host = self._before_host(content_type, accept)
         # A session is stateful on the far side: never answer it from a cache.
         key: str | None = None
-        cache_store = self._cache
+        cached = self._cached
         if (
-            cache_store is not None
+            cached is not None
             and session_id is None
             and (route.config.cache if cache is None else cache)
         ):
-            variant_key = _variant_key(
-                target_variant, custom_attributes, target_container_hostname, inference_component
+            if cached.versions_due(route.name):  # the fleet's version tags, re-read
+                await cached.refresh_versions(route.name)
+            key = cached.key(
+                route.name,
+                target_model,
+                target_variant,
+                custom_attributes,
+                target_container_hostname,
+                inference_component,
+                content_type,
+                accept,
+                body,
             )
-            key = self._cache_key(route.name, target_model, variant_key, content_type, accept, body)
-            entry = cache_store.peek_near(key)
-            if entry is not None:
-                return _result_from_entry(entry, "near")  # nothing else to build
+            hit = cached.peek(key)
+            if hit is not None:
+                if self._emit is not None:
+                    self._emit_cached_call(self._emit, route.name, target_model, hit)
+                return hit  # nothing else to build
         after_host: list[tuple[str, str]] = []
         if (
             target_model
@@ -385,14 +374,16 @@ class Gateway:
             or target_container_hostname
             or enable_explanations
             or inference_component
+            or prefix_aware_id
         ):
-            self._add_sagemaker_headers(
-                after_host,
+            after_host = sagemaker_headers(
+                INVOKE,
                 {
                     "custom_attributes": custom_attributes,
                     "enable_explanations": enable_explanations,
                     "inference_component": inference_component,
                     "inference_id": inference_id,
+                    "prefix_aware_id": prefix_aware_id,
                     "session_id": session_id,
                     "target_container_hostname": target_container_hostname,
                     "target_model": target_model,
@@ -404,10 +395,14 @@ class Gateway:
         if credentials is not None and credentials.must_wait():
             await credentials.fresh()  # only inside the mandatory window
         pinned = target_variant is not None
-        if key is None:
-            return await self._invoker.invoke(
+        emit = self._emit
+        if key is None or cached is None:
+            call = self._invoker.invoke(
                 route, target_model, before_host, after_host, pinned, body, deadline
             )
+            if emit is None:
+                return await call
+            return await self._observed(emit, route.name, target_model, call, False)
         load = functools.partial(
             self._invoker.invoke,
             route,
@@ -418,40 +413,49 @@ class Gateway:
             body,
             deadline,
         )
-        return await self._invoke_cached(load, key, cache_ttl or route.config.cache_ttl_s)
+        loaded = cached.get_or_load(load, key, cache_ttl or route.config.cache_ttl_s)
+        if emit is None:
+            return await loaded
+        return await self._observed(emit, route.name, target_model, loaded, True)
 
-    def _cache_key(
+    async def _observed(
         self,
+        emit: Emit,
         route: str,
         model: str | None,
-        variant_key: str | None,
-        content_type: str | None,
-        accept: str | None,
-        body: bytes,
-    ) -> str:
-        assert self._cache is not None
-        versions = self._versions
-        version = (
-            (versions.get((route, model)) or versions.get((route, None))) if versions else None
-        )
-        return self._cache.key_for(route, model, variant_key, content_type, accept, version, body)
-
-    async def _invoke_cached(
-        self, invoke: Callable[[], Awaitable[InvokeResult]], key: str, ttl: float | None
+        call: Awaitable[InvokeResult],
+        cached: bool,
     ) -> InvokeResult:
-        cache = self._cache
-        assert cache is not None
-        loaded: list[InvokeResult] = []
+        """One call between CallStarted and CallFinished (only when a hook listens)."""
+        emit(CallStarted(route, model))
+        started = time.monotonic()
+        try:
+            result = await call
+        except BaseException as error:
+            duration = time.monotonic() - started
+            emit(CallFinished(route, model, None, duration, 0, False, None, code_of(error)))
+            raise
+        if cached:
+            emit(CacheLookup(route, result.cache or "miss"))
+        emit(
+            CallFinished(
+                route,
+                model,
+                result.target,
+                time.monotonic() - started,
+                result.attempts,
+                result.hedged,
+                result.cache,
+                None,
+            )
+        )
+        return result
 
-        async def load() -> Entry:
-            result = await invoke()
-            loaded.append(result)
-            return _entry_from_result(result)
-
-        entry, source = await cache.get_or_load(key, load, ttl_s=ttl)
-        if source is CacheSource.LOADED and loaded:
-            return loaded[0]
-        return _result_from_entry(entry, source.value)
+    @staticmethod
+    def _emit_cached_call(emit: Emit, route: str, model: str | None, result: InvokeResult) -> None:
+        emit(CallStarted(route, model))
+        emit(CacheLookup(route, "near"))
+        emit(CallFinished(route, model, result.target, 0.0, 0, False, "near", None))
 
     def set_cache_version(
         self, endpoint: str, version: str, target_model: str | None = None
@@ -460,8 +464,11 @@ class Gateway:
 
         Bumping the tag after deploying a new model makes every answer cached
         under the old tag unreachable: no stale prediction outlives a deploy.
+        With a Redis tier the tag is stored there, and every process sharing
+        it follows within ``cache.version_ttl_s``.
         """
-        self._versions[(endpoint, target_model)] = version
+        if self._cached is not None:
+            self._cached.set_version(endpoint, version, target_model)
 
     def invoke_stream(
         self,
@@ -476,6 +483,7 @@ class Gateway:
         custom_attributes: str | None = None,
         inference_component: str | None = None,
         session_id: str | None = None,
+        prefix_aware_id: str | None = None,
         timeout: float | None = None,
     ) -> InvokeStream:
         """InvokeEndpointWithResponseStream: ``async for part in gw.invoke_stream(...)``.
@@ -502,6 +510,7 @@ class Gateway:
                 custom_attributes=custom_attributes,
                 inference_component=inference_component,
                 session_id=session_id,
+                prefix_aware_id=prefix_aware_id,
                 timeout=timeout,
             )
         )
@@ -521,36 +530,34 @@ class Gateway:
         custom_attributes: str | None,
         inference_component: str | None,
         session_id: str | None,
+        prefix_aware_id: str | None,
         timeout: float | None,
     ) -> OpenedStream:
         route, state, plan = self._pick_single(endpoint)
         if timeout is None:
             timeout = route.timeout_s or self._default_timeout
+        else:
+            _check_timeout(timeout)
         deadline = time.monotonic() + timeout
-        # The stream API names its accept header differently from InvokeEndpoint.
-        headers = [*self._before_host(content_type, None), ("host", plan.host)]
-        extra = {
+        values = {
+            "accept": accept,
+            "content_type": content_type,
             "custom_attributes": custom_attributes,
             "inference_component": inference_component,
             "inference_id": inference_id,
+            "prefix_aware_id": prefix_aware_id,
             "session_id": session_id,
             "target_container_hostname": target_container_hostname,
             "target_variant": target_variant or plan.variant,
         }
-        self._add_sagemaker_headers(headers, extra, accept=accept)
+        headers = signable_headers(INVOKE_STREAM, plan.host, values)
         path = f"/endpoints/{plan.endpoint}/invocations-response-stream"
         check_payload(body)
         request = PreparedRequest(
             plan.origin, path, SigV4Signer.request_prefix("POST", path), headers, body, plan.signer
         )
         await self._ensure_credentials()
-        started = route.start(state)
-        finish = functools.partial(self._finish_single, route, state, plan, started)
-        try:
-            stream = await self._transport.stream(request, deadline)
-        except BaseException as error:
-            finish(error)
-            raise
+        stream, finish = await self._invoker.open_stream(route, state, plan, request, deadline)
         into.response_headers = stream.headers
         into.target = plan.endpoint
         return stream, finish
@@ -559,50 +566,58 @@ class Gateway:
         self,
         endpoint: str,
         *,
-        input_location: str,
+        input_location: str | None = None,
+        body: bytes | None = None,
         content_type: str | None = None,
         accept: str | None = None,
         custom_attributes: str | None = None,
         inference_id: str | None = None,
         request_ttl_seconds: int | None = None,
         invocation_timeout_seconds: int | None = None,
+        filename: str | None = None,
+        s3_output_path_extension: str | None = None,
         timeout: float | None = None,
     ) -> AsyncInvocation:
-        """InvokeEndpointAsync: queue a request whose input is already in S3."""
+        """InvokeEndpointAsync: queue a request, its input in S3 (``input_location``) or inline.
+
+        ``body`` (at most 128,000 bytes, as SageMaker allows) is sent inline.
+        ``filename`` and ``s3_output_path_extension`` shape the output's S3 key.
+        """
+        if body is not None and len(body) > MAX_ASYNC_BODY_BYTES:
+            raise errors.InvalidRequest(
+                f"Body: {len(body)} bytes exceeds InvokeEndpointAsync's limit of "
+                f"{MAX_ASYNC_BODY_BYTES}"
+            )
         route, state, plan = self._pick_single(endpoint)
         if timeout is None:
             timeout = route.timeout_s or self._default_timeout
+        else:
+            _check_timeout(timeout)
         deadline = time.monotonic() + timeout
-        headers = [("host", plan.host)]
-        pairs = [
-            ("x-amzn-sagemaker-accept", accept),
-            ("x-amzn-sagemaker-content-type", content_type),
-            ("x-amzn-sagemaker-custom-attributes", custom_attributes),
-            ("x-amzn-sagemaker-inference-id", inference_id),
-            ("x-amzn-sagemaker-inputlocation", input_location),
-            ("x-amzn-sagemaker-invocationtimeoutseconds", _opt_str(invocation_timeout_seconds)),
-            ("x-amzn-sagemaker-requestttlseconds", _opt_str(request_ttl_seconds)),
-        ]
-        headers.extend(
-            (name, check_header_value(name, value)) for name, value in pairs if value is not None
-        )
+        values: dict[str, object] = {
+            "accept": accept,
+            "content_type": content_type,
+            "custom_attributes": custom_attributes,
+            "filename": filename,
+            "inference_id": inference_id,
+            "input_location": input_location,
+            "invocation_timeout_seconds": invocation_timeout_seconds,
+            "request_ttl_seconds": request_ttl_seconds,
+            "s3_output_path_extension": s3_output_path_extension,
+        }
+        headers = signable_headers(INVOKE_ASYNC, plan.host, values)
         path = f"/endpoints/{plan.endpoint}/async-invocations"
         request = PreparedRequest(
-            plan.origin, path, SigV4Signer.request_prefix("POST", path), headers, b"", plan.signer
+            plan.origin,
+            path,
+            SigV4Signer.request_prefix("POST", path),
+            headers,
+            body or b"",
+            plan.signer,
         )
         await self._ensure_credentials()
-        started = route.start(state)
-        error: BaseException | None = None
-        try:
-            response = await self._transport.request(request, deadline)
-            if response.status not in (200, 202):
-                raise decode_error(response)
-            return async_invocation_from_response(response)
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            self._finish_single(route, state, plan, started, error)
+        response = await self._invoker.send_once(route, state, plan, request, deadline, (200, 202))
+        return async_invocation_from_response(response)
 
     # -- operations ----------------------------------------------------------
 
@@ -631,18 +646,57 @@ class Gateway:
 
     @property
     def origin(self) -> Origin | None:
-        return self._origin
+        return self._targets.origin
+
+    # -- instrumentation -----------------------------------------------------
+
+    def add_hook(self, hook: Hook) -> None:
+        """Send every instrumentation event (``gateway._events``) to ``hook`` from now on."""
+        self._instrumentation.add(hook)
+
+    def remove_hook(self, hook: Hook) -> None:
+        self._instrumentation.remove(hook)
+
+    @property
+    def hooks(self) -> tuple[Hook, ...]:
+        return self._instrumentation.hooks
+
+    def _start_tracing(self) -> None:
+        """Trace calls when OpenTelemetry is installed and a tracer provider is set."""
+        if any(isinstance(hook, TracingHook) for hook in self.hooks):
+            return
+        tracer = gateway_tracer()
+        if tracer is not None:
+            self.add_hook(TracingHook(tracer))
+
+    def _set_emit(self, emit: Emit | None) -> None:
+        self._emit = emit
+        self._invoker.emit = emit
+
+    def enable_metrics(self, label_cap: int = DEFAULT_LABEL_CAP) -> GatewayMetrics:
+        """Count calls from now on (a ``GatewayMetrics`` hook); returns the counters.
+
+        Idempotent: the first call decides ``label_cap`` (distinct route, target
+        and error-code label values kept before new ones fold into ``other``).
+        """
+        if self._metrics is None:
+            self._metrics = GatewayMetrics(label_cap)
+            self.add_hook(self._metrics)
+        return self._metrics
+
+    @property
+    def metrics(self) -> GatewayMetrics:
+        """The Prometheus counters (enabled on first access, see ``enable_metrics``)."""
+        return self.enable_metrics()
 
     def prometheus_collector(self) -> Any:
-        """A ``prometheus_client`` collector of the gateway's own metrics."""
-        return self.metrics.collector(self._extra_metrics)
+        """A ``prometheus_client`` collector of the gateway's own metrics (enables them)."""
+        return self.enable_metrics().collector(self._extra_metrics)
 
     def _extra_metrics(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        ejections = CounterMetricFamily(
-            "sagemaker_gateway_ejections", "Times a target was ejected", labels=["route", "target"]
-        )
+        # Configured routes only: their count is fixed by the config file.
         state = GaugeMetricFamily(
             "sagemaker_gateway_target_healthy",
             "1 when the target takes traffic",
@@ -650,86 +704,58 @@ class Gateway:
         )
         for name, route in self._router.routes.items():
             for target in route.targets:
-                ejections.add_metric([name, target.key], target.ejections)
                 state.add_metric([name, target.key], float(target.state is TargetHealth.HEALTHY))
-        yield ejections
         yield state
         if self._cache is not None:
             stats = self._cache.stats
-            hits = CounterMetricFamily(
-                "sagemaker_gateway_cache_hits", "Cache hits by tier", labels=["tier"]
-            )
-            hits.add_metric(["near"], stats.near_hits)
-            hits.add_metric(["redis"], stats.redis_hits)
-            hits.add_metric(["stale"], stats.stale_served)
-            hits.add_metric(["coalesced"], stats.coalesced)
-            yield hits
-            yield CounterMetricFamily(
-                "sagemaker_gateway_cache_misses", "Cache misses", value=stats.misses
-            )
             yield CounterMetricFamily(
                 "sagemaker_gateway_cache_redis_errors",
                 "Redis errors and timeouts (the cache failed open)",
                 value=stats.redis_errors + stats.redis_timeouts,
             )
+            yield GaugeMetricFamily(
+                "sagemaker_gateway_cache_circuit_open",
+                "1 while the whole Redis tier is skipped (circuit open or half-open)",
+                value=float(stats.circuit_state in ("open", "half_open")),
+            )
+            yield GaugeMetricFamily(
+                "sagemaker_gateway_cache_circuit_open_nodes",
+                "Redis Cluster nodes whose circuit is open or half-open (their keys skipped)",
+                value=stats.circuit_open_nodes,
+            )
+
+    # State changes are rare: always logged (rate-limited), then streamed.
+
+    def _state_changed(self, event: Event) -> None:
+        self._state_log(event)
+        emit = self._emit
+        if emit is not None:
+            emit(event)
+
+    def _health_changed(self, route: Route, state: TargetState) -> None:
+        if state.state is TargetHealth.EJECTED:
+            until = state.ejected_until or 0.0
+            duration = max(0.0, until - time.monotonic())
+            self._state_changed(TargetEjected(route.name, state.key, duration, state.ejections))
+        elif state.state is TargetHealth.HEALTHY:
+            self._state_changed(TargetReadmitted(route.name, state.key))
+
+    def _circuit_changed(self, state: str) -> None:
+        # "open": the whole Redis tier is skipped; "partial": some Cluster nodes.
+        event: Event
+        if state == "closed":
+            event = CircuitClosed("redis")
+        else:
+            event = CircuitOpened("redis" if state == "open" else "redis-nodes")
+        self._state_changed(event)
 
     # -- internals -----------------------------------------------------------
 
     def _pick_single(self, endpoint: str) -> tuple[Route, TargetState, TargetPlan]:
         if not self._started:
             raise errors.GatewayError("the gateway is not started: use 'async with Gateway(...)'")
-        route = self._router.resolve(endpoint)
-        state = route.pick(None)
-        if state is None:
-            raise errors.NoHealthyTarget(f"route {route.name}: every target is ejected")
-        return route, state, self._invoker.plan(route, state)
-
-    def _finish_single(
-        self,
-        route: Route,
-        state: TargetState,
-        plan: TargetPlan,
-        started: float,
-        error: BaseException | None,
-    ) -> None:
-        if error is None:
-            route.finish(state, started, Outcome.SUCCESS)
-            plan.metrics.record_success(time.monotonic() - started)
-        elif isinstance(error, asyncio.CancelledError | GeneratorExit):
-            route.finish(state, started, Outcome.CANCELLED)
-        else:
-            route.finish(state, started, outcome_of(error))
-            plan.metrics.record_error(getattr(error, "code", type(error).__name__))
-
-    async def _health_checks(self) -> None:
-        """Optional active checks: a cheap invocation to each target when it is due."""
-        routes = [r for r in self._router.routes.values() if r.config.health_check.enabled]
-        tick = max(0.05, min(r.config.health_check.interval_s for r in routes) / 2)
-        while True:
-            await asyncio.sleep(tick)
-            for route in routes:
-                route.refresh_health()
-                check = route.config.health_check
-                for state in route.targets:
-                    if route.due_for_health_check(state) or route.needs_probe(state):
-                        healthy = await self._check_target(
-                            route, state, check.body, check.content_type
-                        )
-                        route.record_health_check(state, healthy)
-
-    async def _check_target(
-        self, route: Route, state: TargetState, body: bytes, content_type: str
-    ) -> bool:
-        plan = self._invoker.plan(route, state)
-        headers = [("content-type", content_type), ("host", plan.host)]
-        request = PreparedRequest(
-            plan.origin, plan.invoke_path, plan.invoke_prefix, headers, body, plan.signer
-        )
-        try:
-            response = await self._transport.request(request, time.monotonic() + 1.0)
-        except errors.GatewayError:
-            return False
-        return response.status == 200
+        route = self._resolve(endpoint)
+        return (route, *self._invoker.single(route))
 
     def _before_host(
         self, content_type: str | None, accept: str | None
@@ -744,24 +770,20 @@ class Gateway:
         if headers is None:
             headers = ()
             if accept is not None:
-                headers += (("accept", check_header_value("accept", accept)),)
+                headers += (("accept", check_value(_ACCEPT, accept)),)
             if content_type is not None:
-                headers += (("content-type", check_header_value("content-type", content_type)),)
+                headers += (("content-type", check_value(_CONTENT_TYPE, content_type)),)
             if len(self._before_host_cache) < _MAX_CACHED_VALUES:
                 self._before_host_cache[key] = headers
         return headers
 
-    @staticmethod
-    def _add_sagemaker_headers(
-        headers: list[tuple[str, str]], values: Mapping[str, str | None], accept: str | None = None
-    ) -> None:
-        # x-amzn-sagemaker-* sort after host and x-amz-*; INVOKE_HEADERS is sorted.
-        if accept is not None:
-            headers.append(("x-amzn-sagemaker-accept", check_header_value("accept", accept)))
-        for argument, header in INVOKE_HEADERS:
-            value = values.get(argument)
-            if value is not None:
-                headers.append((header, check_header_value(argument, value)))
+    def _resolve(self, endpoint: str) -> Route:
+        try:
+            return self._router.resolve(endpoint)
+        except errors.ConfigError:
+            # Only a bad name gets here (a default route for it failed to build).
+            check_endpoint_name(endpoint)
+            raise
 
     async def _ensure_credentials(self) -> None:
         credentials = self._credentials
@@ -773,10 +795,41 @@ def _route_configs(config: GatewayConfig) -> list[RouteConfig]:
     routes = config.sections.get("routes")
     if not routes:
         return []
+    return list(parse_routes(routes).values())
+
+
+def _defaults(config: GatewayConfig) -> RouteConfig | None:
+    """The ``[defaults]`` route template for bare endpoint names (its own targets unused)."""
+    section = config.sections.get("defaults")
+    if section is None:
+        return None
+    if "targets" in section:
+        raise errors.ConfigError.at("defaults.targets", "a template has no targets")
+    # Router replaces the placeholder target with the endpoint called.
+    template = {**section, "targets": ["template"]}
+    return read(RouteConfig, template, "defaults", name="defaults")
+
+
+def _botocore_ca_bundle(profile: str | None) -> str | None:
+    """AWS_CA_BUNDLE or the profile's ca_bundle, as botocore resolves it."""
+    import botocore.exceptions
+    import botocore.session
+
+    session = botocore.session.get_session()
+    if profile:
+        session.set_config_variable("profile", profile)
     try:
-        return list(parse_routes(routes).values())
-    except RouteConfigError as exc:
-        raise errors.ConfigError(str(exc)) from None
+        value = session.get_config_variable("ca_bundle")
+    except botocore.exceptions.ProfileNotFound as exc:
+        raise errors.ConfigError(f"profile: {exc}") from None
+    return str(value) if value else None
+
+
+def _ssl_context(ca_bundle: str) -> ssl.SSLContext:
+    try:
+        return ssl.create_default_context(cafile=ca_bundle)
+    except (OSError, ssl.SSLError) as exc:
+        raise errors.ConfigError(f"ca_bundle: cannot load {ca_bundle!r}: {exc}") from None
 
 
 def _make_cache(explicit: CacheConfig | None, config: GatewayConfig) -> PredictionCache | None:
@@ -784,54 +837,8 @@ def _make_cache(explicit: CacheConfig | None, config: GatewayConfig) -> Predicti
         section = config.sections.get("cache")
         if section is None:
             return None
-        try:
-            explicit = CacheConfig.from_mapping(section)
-        except CacheConfigError as exc:
-            raise errors.ConfigError(str(exc)) from None
+        explicit = CacheConfig.from_mapping(section)
     return PredictionCache(explicit) if explicit.enabled else None
-
-
-def _variant_key(
-    variant: str | None, attributes: str | None, hostname: str | None, component: str | None
-) -> str | None:
-    """Everything besides the body that can change a model's answer, as one key part."""
-    if attributes is None and hostname is None and component is None:
-        return variant
-    return "\x1f".join(part or "" for part in (variant, attributes, hostname, component))
-
-
-def _entry_from_result(result: InvokeResult) -> Entry:
-    meta: list[tuple[str, str]] = []
-    if result.invoked_variant is not None:
-        meta.append((_META_VARIANT, result.invoked_variant))
-    if result.custom_attributes is not None:
-        meta.append((_META_ATTRIBUTES, result.custom_attributes))
-    if result.target is not None:
-        meta.append((_META_TARGET, result.target))
-    return Entry(result.body, result.content_type or "", tuple(meta))
-
-
-_META_FIELDS = {_META_VARIANT: "invoked_variant", _META_ATTRIBUTES: "custom_attributes"}
-
-
-def _result_from_entry(entry: Entry, source: str) -> InvokeResult:
-    fields = {"content_type": entry.content_type} if entry.content_type else {}
-    target = None
-    for name, value in entry.meta:
-        if name == _META_TARGET:
-            target = value
-        else:
-            field = _META_FIELDS.get(name)
-            if field is not None:
-                fields[field] = value
-    return InvokeResult.from_fields(entry.body, fields, target, source)
-
-
-def _endpoint_from_environment() -> str | None:
-    # botocore honours these too; reading them here skips building a client.
-    return os.environ.get("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME") or os.environ.get(
-        "AWS_ENDPOINT_URL"
-    )
 
 
 def _as_credentials(
@@ -850,5 +857,13 @@ def _as_pool(value: PoolConfig | Mapping[str, Any] | None) -> PoolConfig:
     return PoolConfig.from_mapping(value)
 
 
-def _opt_str(value: int | None) -> str | None:
-    return None if value is None else str(value)
+def _check_timeout(timeout: float) -> None:
+    """A call's timeout must be a duration: NaN, infinity or a negative number is refused."""
+    try:
+        valid = 0.0 <= timeout < math.inf  # False for NaN
+    except TypeError:
+        valid = False
+    if not valid:
+        raise errors.InvalidRequest(
+            f"timeout must be a finite number of seconds >= 0, got {timeout!r}"
+        )

@@ -1,3 +1,6 @@
+# Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py); an editable install runs it
+# as plain Python. Keep it compilable: no async generators, no monkeypatching of its classes,
+# re-check attributes narrowed before an await. A compiled install needs a rebuild after edits.
 """Credentials that never make a call wait, unless they are about to be useless.
 
 botocore resolves the provider chain (environment, profiles, SSO, container
@@ -5,10 +8,17 @@ and instance metadata) but refreshes *synchronously* inside the call that
 notices expiry, blocking the event loop for a network round trip. Here the
 chain runs in a worker thread, ahead of expiry:
 
-- advisory window (default 15 min before expiry): a background refresh
-  starts; calls keep using the current credentials.
-- mandatory window (default 10 min before expiry): calls wait for the
-  refresh in progress, because the credentials may expire mid-flight.
+- advisory window: a background refresh starts; calls keep using the
+  current credentials.
+- mandatory window: calls wait for the refresh in progress, because the
+  credentials may expire mid-flight.
+
+By default the windows scale with how long the credentials live: half and a
+quarter of their lifetime, at most 15 and 10 minutes (botocore's fixed
+values, which suit the usual hour-long role credentials). Fixed windows
+would put credentials that live under 10 minutes in the mandatory window
+from the moment they arrive, and every call would wait for a refresh.
+Windows given explicitly are used as given.
 """
 
 from __future__ import annotations
@@ -21,13 +31,20 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway import errors
-from gateway._signing import Credentials
+from gateway._aws.sigv4 import Credentials
+from gateway._events import CredentialsRefreshed, CredentialsRefreshFailed, Emit
 
 __all__ = ["CredentialSource", "botocore_fetcher"]
 
 log = logging.getLogger("gateway.credentials")
 
 Fetcher = Callable[[], Credentials]
+
+DEFAULT_ADVISORY_S = 15 * 60.0
+DEFAULT_MANDATORY_S = 10 * 60.0
+# Shares of the credentials' lifetime the default windows take.
+_ADVISORY_SHARE = 0.5
+_MANDATORY_SHARE = 0.25
 
 
 def botocore_fetcher(session: Any) -> Fetcher:
@@ -55,14 +72,18 @@ class CredentialSource:
         self,
         fetch: Fetcher,
         *,
-        advisory_s: float = 15 * 60,
-        mandatory_s: float = 10 * 60,
+        advisory_s: float | None = None,
+        mandatory_s: float | None = None,
         retry_s: float = 5.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._fetch = fetch
-        self._advisory = advisory_s
-        self._mandatory = mandatory_s
+        # None: scale with the credentials' lifetime (see the module docstring).
+        self._advisory_setting = advisory_s
+        self._mandatory_setting = mandatory_s
+        self._advisory = DEFAULT_ADVISORY_S if advisory_s is None else advisory_s
+        self._mandatory = DEFAULT_MANDATORY_S if mandatory_s is None else mandatory_s
+        self._windows_expiry: float | None = None
         self._retry = retry_s
         self._clock = clock
         self._credentials: Credentials | None = None
@@ -77,6 +98,9 @@ class CredentialSource:
         self._closed = False
         self.refreshes = 0
         self.refresh_failures = 0
+        # Told about every refresh and failure (the gateway's state-change
+        # stream: log line, metrics); None: a failure is logged here.
+        self.observer: Emit | None = None
 
     @classmethod
     def static(cls, credentials: Credentials) -> CredentialSource:
@@ -186,19 +210,51 @@ class CredentialSource:
             credentials = await asyncio.to_thread(self._fetch)
         except Exception as exc:
             self.refresh_failures += 1
-            # The message of a provider error can name a profile, never a secret.
-            log.warning("credential refresh failed: %s", type(exc).__name__)
+            # The message of a provider error can name a profile, never a secret;
+            # only the type is passed on.
+            observer = self.observer
+            if observer is not None:
+                observer(CredentialsRefreshFailed(type(exc).__name__))
+            else:
+                log.warning("credential refresh failed: %s", type(exc).__name__)
             # Keep serving with what we have; _schedule retries after retry_s.
             self._last_failed = True
             self._retry_at = self._clock() + self._retry
             return
         self._last_failed = False
         now = self._clock()
+        self._fit_windows(credentials, now)
         soon = credentials.expiry is not None and credentials.expiry - now <= self._advisory
         self._retry_at = 0.0
         self._quiet_until = now + self._retry if soon else 0.0
         self._credentials = credentials
         self.refreshes += 1
+        observer = self.observer
+        if observer is not None:
+            observer(CredentialsRefreshed(credentials.expiry))
+
+    @property
+    def windows(self) -> tuple[float, float]:
+        """(advisory, mandatory) seconds before expiry, as applied to the current credentials."""
+        return self._advisory, self._mandatory
+
+    def _fit_windows(self, credentials: Credentials, now: float) -> None:
+        """Scale the default windows to the lifetime of newly issued credentials.
+
+        Only a new expiry counts: a provider that hands back the same
+        credentials again must not shrink the windows towards their expiry.
+        """
+        expiry = credentials.expiry
+        if expiry is None or expiry == self._windows_expiry:
+            return
+        self._windows_expiry = expiry
+        lifetime = max(0.0, expiry - now)
+        if self._advisory_setting is None:
+            self._advisory = min(DEFAULT_ADVISORY_S, lifetime * _ADVISORY_SHARE)
+        if self._mandatory_setting is None:
+            # Never wider than the advisory window: a refresh starts before calls wait.
+            mandatory = min(DEFAULT_MANDATORY_S, lifetime * _MANDATORY_SHARE)
+            self._mandatory = min(mandatory, self._advisory)
 
     async def aclose(self) -> None:
         self._closed = True

@@ -1,25 +1,66 @@
-"""Counters and latency histograms, kept as plain numbers on the hot path.
+# Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py); an editable install runs it
+# as plain Python. Keep it compilable: no async generators, no monkeypatching of its classes,
+# re-check attributes narrowed before an await. A compiled install needs a rebuild after edits.
+"""Prometheus metrics as a hook on the instrumentation stream.
 
-Recording an outcome is a few integer increments and one ``bisect``; the
-Prometheus exposition is built only when something scrapes it, by a
-``prometheus_client`` collector (so no ``Counter.labels()`` lookup per call).
+``GatewayMetrics`` is an event hook (see ``gateway._events``): each event is a
+few integer increments and at most one ``bisect``; the exposition is built
+only when something scrapes it, by a ``prometheus_client`` collector (no
+``Counter.labels()`` lookup per call). Label values that come from callers
+(route and target names, error codes) are capped: past ``label_cap``
+distinct values, new ones are counted under ``other``, so a client sending
+random endpoint names cannot grow the series count (or the scrape time)
+without bound.
+
+Every family is named ``sagemaker_gateway_*`` in base units (seconds), and
+every latency histogram of the gateway, the sidecar and the RTB proxy uses
+``LATENCY_BUCKETS_S``, so they line up on one dashboard.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, ClassVar
 
-__all__ = ["LATENCY_BUCKETS_S", "GatewayMetrics", "TargetMetrics"]
+from gateway._events import (
+    HEDGE,
+    RETRY,
+    WON,
+    AttemptFinished,
+    CacheLookup,
+    CallFinished,
+    CircuitOpened,
+    CredentialsRefreshed,
+    CredentialsRefreshFailed,
+    Event,
+    HedgeFired,
+    TargetEjected,
+)
 
-# Upper bounds (seconds) suited to calls that should take a few milliseconds.
+__all__ = [
+    "DEFAULT_LABEL_CAP",
+    "LATENCY_BUCKETS_S",
+    "OTHER",
+    "GatewayMetrics",
+    "Histogram",
+    "LabelCap",
+    "TargetMetrics",
+    "build_info_family",
+]
+
+# Upper bounds (seconds) for every latency histogram: sub-millisecond steps
+# where a call with a few-ms budget lives, then coarser out to 10 s.
 LATENCY_BUCKETS_S: tuple[float, ...] = (
+    0.0001,
+    0.00025,
     0.0005,
+    0.00075,
     0.001,
+    0.0015,
     0.002,
     0.003,
+    0.004,
     0.005,
     0.0075,
     0.01,
@@ -33,95 +74,311 @@ LATENCY_BUCKETS_S: tuple[float, ...] = (
     1.0,
     2.5,
     5.0,
+    10.0,
 )
+OTHER = "other"
+DEFAULT_LABEL_CAP = 100
+_INF = float("inf")
+_BOUNDS = (*LATENCY_BUCKETS_S, _INF)
+_BOUND_LABELS = tuple("+Inf" if bound == _INF else repr(bound) for bound in _BOUNDS)
 
 
-@dataclass(slots=True)
+class LabelCap:
+    """The first ``cap`` distinct values keep their name; later ones read ``other``."""
+
+    __slots__ = ("_cap", "_seen")
+
+    def __init__(self, cap: int = DEFAULT_LABEL_CAP) -> None:
+        if cap < 1:
+            raise ValueError("label cap must be at least 1")
+        self._cap = cap
+        self._seen: set[str] = set()
+
+    @property
+    def cap(self) -> int:
+        return self._cap
+
+    def __call__(self, value: str) -> str:
+        seen = self._seen
+        if value in seen:
+            return value
+        if len(seen) < self._cap:
+            seen.add(value)
+            return value
+        return OTHER
+
+
+class Histogram:
+    """Counts per ``LATENCY_BUCKETS_S`` bucket (not cumulated) and their sum."""
+
+    __slots__ = ("counts", "total")
+
+    def __init__(self) -> None:
+        self.counts = [0] * len(_BOUNDS)  # the last one is +Inf
+        self.total = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect_left(LATENCY_BUCKETS_S, seconds)] += 1
+        self.total += seconds
+
+    def buckets(self) -> list[tuple[str, float]]:
+        """Cumulative buckets as ``HistogramMetricFamily.add_metric`` wants them."""
+        running = 0
+        out: list[tuple[str, float]] = []
+        for label, count in zip(_BOUND_LABELS, list(self.counts), strict=True):
+            running += count
+            out.append((label, float(running)))
+        return out
+
+
 class TargetMetrics:
-    route: str
-    target: str
-    calls: int = 0
-    successes: int = 0
-    latency_sum: float = 0.0
-    # One slot per bucket plus +Inf; cumulated at scrape time.
-    latency_counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_S) + 1))
-    errors: dict[str, int] = field(default_factory=dict)
+    """One (route, target) label pair: attempts by kind and outcome, errors, latency."""
 
-    def record_success(self, elapsed: float) -> None:
-        self.calls += 1
-        self.successes += 1
-        self.latency_sum += elapsed
-        self.latency_counts[bisect_left(LATENCY_BUCKETS_S, elapsed)] += 1
+    __slots__ = ("attempts", "errors", "latency", "route", "target")
 
-    def record_error(self, code: str) -> None:
-        self.calls += 1
-        self.errors[code] = self.errors.get(code, 0) + 1
+    def __init__(self, route: str, target: str) -> None:
+        self.route = route
+        self.target = target
+        self.attempts: dict[tuple[str, str], int] = {}
+        self.errors: dict[str, int] = {}
+        self.latency = Histogram()  # attempts that won
+
+    @property
+    def calls(self) -> int:
+        """Attempts sent to this target, whatever their kind and outcome."""
+        return sum(self.attempts.values())
+
+    @property
+    def successes(self) -> int:
+        return sum(n for (_, outcome), n in self.attempts.items() if outcome == WON)
 
 
-@dataclass(slots=True)
 class GatewayMetrics:
-    targets: dict[tuple[str, str], TargetMetrics] = field(default_factory=dict)
-    hedges: dict[str, int] = field(default_factory=dict)
-    hedge_wins: dict[str, int] = field(default_factory=dict)
-    retries: dict[str, int] = field(default_factory=dict)
-    deadline_exceeded: dict[str, int] = field(default_factory=dict)
+    """Counters of one gateway, fed by its events; register ``collector()`` to expose them."""
+
+    # Dict and list updates only: called without the guard wrapper (see Hook).
+    never_raises: ClassVar[bool] = True
+
+    def __init__(self, label_cap: int = DEFAULT_LABEL_CAP) -> None:
+        self.label_cap = label_cap
+        self._routes = LabelCap(label_cap)
+        self._pairs = LabelCap(label_cap)
+        self._codes = LabelCap(label_cap)
+        # Raw (route, target) -> its metrics, bounded: past the limit a
+        # folded pair is looked up again on each event instead of remembered.
+        self._by_name: dict[tuple[str, str], TargetMetrics] = {}
+        self.targets: dict[tuple[str, str], TargetMetrics] = {}
+        self.calls: dict[str, int] = {}
+        self.call_errors: dict[tuple[str, str], int] = {}
+        self.call_latency: dict[str, Histogram] = {}
+        self.hedges: dict[str, int] = {}
+        self.hedge_wins: dict[str, int] = {}
+        self.retries: dict[str, int] = {}
+        self.deadline_exceeded: dict[str, int] = {}
+        self.ejections: dict[tuple[str, str], int] = {}
+        self.cache_lookups: dict[str, int] = {}
+        self.circuit_opens = 0
+        self.credential_refreshes: dict[str, int] = {}
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            AttemptFinished: self._attempt,
+            CallFinished: self._call,
+            HedgeFired: self._hedge_fired,
+            TargetEjected: self._ejected,
+            CacheLookup: self._cache_lookup,
+            CircuitOpened: self._circuit_opened,
+            CredentialsRefreshed: self._refreshed,
+            CredentialsRefreshFailed: self._refresh_failed,
+        }
+
+    # -- the hook ------------------------------------------------------------
+
+    def __call__(self, event: Event) -> None:
+        handler = self._handlers.get(type(event))
+        if handler is not None:
+            handler(event)
+
+    def route_label(self, route: str) -> str:
+        return self._routes(route)
 
     def target(self, route: str, target: str) -> TargetMetrics:
-        key = (route, target)
-        metrics = self.targets.get(key)
+        metrics = self._by_name.get((route, target))
         if metrics is None:
-            metrics = self.targets[key] = TargetMetrics(route, target)
+            metrics = self._fold(route, target)
         return metrics
 
-    @staticmethod
-    def bump(counter: dict[str, int], route: str) -> None:
-        counter[route] = counter.get(route, 0) + 1
+    def _fold(self, route: str, target: str) -> TargetMetrics:
+        route_label = self._routes(route)
+        target_label = target if self._pairs(f"{route_label}\x00{target}") != OTHER else OTHER
+        key = (route_label, target_label)
+        metrics = self.targets.get(key)
+        if metrics is None:
+            metrics = self.targets[key] = TargetMetrics(route_label, target_label)
+        if len(self._by_name) < 4 * self.label_cap:
+            self._by_name[(route, target)] = metrics
+        return metrics
+
+    def _attempt(self, event: AttemptFinished) -> None:
+        # The one handler every attempt runs: lookups inlined, no helper calls
+        # on the common path (a primary attempt that won).
+        route, target, _, kind, outcome, duration, code = event
+        metrics = self._by_name.get((route, target))
+        if metrics is None:
+            metrics = self._fold(route, target)
+        attempts = metrics.attempts
+        key = (kind, outcome)
+        attempts[key] = attempts.get(key, 0) + 1
+        if outcome == WON:
+            latency = metrics.latency
+            latency.counts[bisect_left(LATENCY_BUCKETS_S, duration)] += 1
+            latency.total += duration
+            if kind == HEDGE:
+                _bump(self.hedge_wins, metrics.route)
+        elif code is not None:
+            code = self._codes(code)
+            metrics.errors[code] = metrics.errors.get(code, 0) + 1
+        if kind == RETRY:
+            _bump(self.retries, metrics.route)
+
+    def _call(self, event: CallFinished) -> None:
+        route = self._routes(event.route)
+        calls = self.calls
+        calls[route] = calls.get(route, 0) + 1
+        histogram = self.call_latency.get(route)
+        if histogram is None:
+            histogram = self.call_latency[route] = Histogram()
+        duration = event.duration_s
+        histogram.counts[bisect_left(LATENCY_BUCKETS_S, duration)] += 1
+        histogram.total += duration
+        code = event.error_code
+        if code is not None:
+            _bump(self.call_errors, (route, self._codes(code)))
+            if code == "DeadlineExceeded":
+                _bump(self.deadline_exceeded, route)
+
+    def _hedge_fired(self, event: HedgeFired) -> None:
+        _bump(self.hedges, self._routes(event.route))
+
+    def _ejected(self, event: TargetEjected) -> None:
+        metrics = self.target(event.route, event.target)
+        _bump(self.ejections, (metrics.route, metrics.target))
+
+    def _cache_lookup(self, event: CacheLookup) -> None:
+        _bump(self.cache_lookups, event.source)
+
+    def _circuit_opened(self, event: CircuitOpened) -> None:
+        self.circuit_opens += 1
+
+    def _refreshed(self, event: CredentialsRefreshed) -> None:
+        _bump(self.credential_refreshes, "ok")
+
+    def _refresh_failed(self, event: CredentialsRefreshFailed) -> None:
+        _bump(self.credential_refreshes, "failed")
+
+    # -- exposition ----------------------------------------------------------
 
     def collector(self, extra: Callable[[], Iterator[Any]] | None = None) -> Any:
         """A ``prometheus_client`` collector reading these numbers at scrape time."""
         return _Collector(self, extra)
 
 
+def _bump(counter: dict[Any, int], key: Any) -> None:
+    counter[key] = counter.get(key, 0) + 1
+
+
+def build_info_family() -> Any:
+    """``sagemaker_gateway_build_info{version,build} 1``."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    from gateway._build import build_kind
+    from gateway._version import __version__
+
+    family = GaugeMetricFamily(
+        "sagemaker_gateway_build_info",
+        "The running version; build: compiled (mypyc hot path), pure or mixed",
+        labels=["version", "build"],
+    )
+    family.add_metric([__version__, build_kind()], 1.0)
+    return family
+
+
 class _Collector:
     def __init__(self, metrics: GatewayMetrics, extra: Callable[[], Iterator[Any]] | None) -> None:
         self._metrics = metrics
         self._extra = extra
+        self._build_info: Any = None
 
     def describe(self) -> list[Any]:
         # Returning nothing keeps registration from calling collect() early.
         return []
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import (
-            CounterMetricFamily,
-            HistogramMetricFamily,
-        )
+        if self._build_info is None:
+            self._build_info = build_info_family()  # the build does not change
+        yield self._build_info
+        yield from self._target_families()
+        yield from self._call_families()
+        yield from self._event_families()
+        if self._extra is not None:
+            yield from self._extra()
 
-        metrics = self._metrics
-        calls = CounterMetricFamily(
-            "sagemaker_gateway_calls", "Attempts sent to a target", labels=["route", "target"]
+    def _target_families(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+
+        attempts = CounterMetricFamily(
+            "sagemaker_gateway_attempts",
+            "Requests sent to a target, by kind (primary, hedge, retry) and outcome "
+            "(won, lost, cancelled, failed)",
+            labels=["route", "target", "kind", "outcome"],
         )
         errors = CounterMetricFamily(
-            "sagemaker_gateway_errors",
+            "sagemaker_gateway_attempt_errors",
             "Failed attempts by error code",
             labels=["route", "target", "code"],
         )
         latency = HistogramMetricFamily(
-            "sagemaker_gateway_latency_seconds",
-            "Latency of successful attempts",
+            "sagemaker_gateway_attempt_duration_seconds",
+            "Time from sending an attempt to its successful answer",
             labels=["route", "target"],
         )
-        for target in list(metrics.targets.values()):
+        for target in list(self._metrics.targets.values()):
             labels = [target.route, target.target]
-            calls.add_metric(labels, target.calls)
+            for (kind, outcome), count in list(target.attempts.items()):
+                attempts.add_metric([*labels, kind, outcome], count)
             for code, count in list(target.errors.items()):
                 errors.add_metric([*labels, code], count)
-            latency.add_metric(labels, _cumulative(target.latency_counts), target.latency_sum)
-        yield calls
+            latency.add_metric(labels, target.latency.buckets(), target.latency.total)
+        yield attempts
         yield errors
         yield latency
+
+    def _call_families(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+
+        metrics = self._metrics
+        yield _by_route("sagemaker_gateway_calls", "Calls made (Gateway.invoke)", metrics.calls)
+        errors = CounterMetricFamily(
+            "sagemaker_gateway_call_errors",
+            "Calls that raised, by error code",
+            labels=["route", "code"],
+        )
+        for (route, code), count in list(metrics.call_errors.items()):
+            errors.add_metric([route, code], count)
+        yield errors
+        latency = HistogramMetricFamily(
+            "sagemaker_gateway_call_duration_seconds",
+            "Time of a whole call: cache, attempts, hedges, backoffs and retries",
+            labels=["route"],
+        )
+        for route, histogram in list(metrics.call_latency.items()):
+            latency.add_metric([route], histogram.buckets(), histogram.total)
+        yield latency
+
+    def _event_families(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily
+
+        metrics = self._metrics
         for name, counter, text in (
-            ("sagemaker_gateway_hedges", metrics.hedges, "Hedge attempts sent"),
+            ("sagemaker_gateway_hedges", metrics.hedges, "Hedge attempts fired"),
             ("sagemaker_gateway_hedge_wins", metrics.hedge_wins, "Calls answered by a hedge"),
             ("sagemaker_gateway_retries", metrics.retries, "Retry attempts sent"),
             (
@@ -130,18 +387,42 @@ class _Collector:
                 "Calls that ran out of time",
             ),
         ):
-            family = CounterMetricFamily(name, text, labels=["route"])
-            for route, count in list(counter.items()):
-                family.add_metric([route], count)
-            yield family
-        if self._extra is not None:
-            yield from self._extra()
+            yield _by_route(name, text, counter)
+        ejections = CounterMetricFamily(
+            "sagemaker_gateway_ejections",
+            "Times a target was ejected",
+            labels=["route", "target"],
+        )
+        for (route, target), count in list(metrics.ejections.items()):
+            ejections.add_metric([route, target], count)
+        yield ejections
+        yield _labelled(
+            "sagemaker_gateway_cache_lookups",
+            "Prediction cache lookups by source (near, redis, stale, coalesced; miss)",
+            "source",
+            metrics.cache_lookups.items(),
+        )
+        yield CounterMetricFamily(
+            "sagemaker_gateway_cache_circuit_opens",
+            "Times the Redis tier's circuit opened (Redis lost)",
+            value=metrics.circuit_opens,
+        )
+        yield _labelled(
+            "sagemaker_gateway_credential_refreshes",
+            "AWS credential refreshes by result (ok, failed)",
+            "result",
+            metrics.credential_refreshes.items(),
+        )
 
 
-def _cumulative(counts: list[int]) -> list[tuple[str, float]]:
-    buckets: list[tuple[str, float]] = []
-    running = 0
-    for bound, count in zip((*LATENCY_BUCKETS_S, float("inf")), counts, strict=True):
-        running += count
-        buckets.append(("+Inf" if bound == float("inf") else repr(bound), float(running)))
-    return buckets
+def _by_route(name: str, text: str, counter: dict[str, int]) -> Any:
+    return _labelled(name, text, "route", counter.items())
+
+
+def _labelled(name: str, text: str, label: str, items: Iterable[tuple[str, int]]) -> Any:
+    from prometheus_client.core import CounterMetricFamily
+
+    family = CounterMetricFamily(name, text, labels=[label])
+    for value, count in list(items):
+        family.add_metric([value], count)
+    return family

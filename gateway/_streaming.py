@@ -11,11 +11,12 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 import orjson
 
 from gateway import errors
-from gateway._eventstream import EventStreamDecoder, Message
-from gateway._transport import StreamingResponse
-from gateway._wire import RawResponse, decode_error
+from gateway._api import decode_error
+from gateway._aws.eventstream import EventStreamDecoder, EventStreamError, Message
+from gateway._http.interfaces import MAX_ERROR_BODY_BYTES, StreamingResponse
+from gateway._http.message import RawResponse
 
-__all__ = ["OpenedStream", "payload_parts"]
+__all__ = ["OpenedStream", "error_body_prefix", "payload_parts"]
 
 # The call's accounting: told the error that ended the stream, or None.
 Finish = Callable[[BaseException | None], None]
@@ -28,24 +29,58 @@ async def payload_parts(
     """Open the stream on first iteration, then yield each PayloadPart's bytes."""
     stream, finish = await open_stream()
     error: BaseException | None = None
+    parts = 0
     try:
         try:
             if stream.status != 200:
-                body = await stream.read()
+                body = await error_body_prefix(stream)
                 raise decode_error(RawResponse(stream.status, stream.headers, body))
             decoder = EventStreamDecoder()
             async for chunk in stream.chunks():
-                for message in decoder.feed(chunk):
+                try:
+                    messages = decoder.feed(chunk)
+                except EventStreamError as exc:
+                    raise _broken(f"corrupt response stream: {exc}", parts) from exc
+                for message in messages:
                     payload = payload_or_raise(message)
                     if payload is not None:
+                        parts += 1
                         yield payload
+            try:
+                # A body that ended cleanly may still stop mid-message: parts are missing.
+                decoder.end()
+            except EventStreamError as exc:
+                raise _broken(f"corrupt response stream: {exc}", parts) from exc
         finally:
             await stream.aclose()
     except BaseException as exc:
         error = exc
         raise
     finally:
-        finish(error)
+        finish(error)  # the target's health sees the error as it came
+        if parts and isinstance(error, errors.GatewayError):
+            # Parts were delivered: the stream cannot be replayed, whatever broke it.
+            error.retryable = False
+
+
+def _broken(message: str, parts: int) -> errors.ResponseStreamError:
+    return errors.ResponseStreamError(f"{message} (after {parts} part(s))", parts=parts)
+
+
+async def error_body_prefix(stream: StreamingResponse) -> bytes:
+    """At most MAX_ERROR_BODY_BYTES of an error body; the caller closes the stream after.
+
+    An error document is small; a body past that is a broken or hostile peer,
+    and reading it whole would buffer without bound.
+    """
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in stream.chunks():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size >= MAX_ERROR_BODY_BYTES:
+            break
+    return b"".join(chunks)[:MAX_ERROR_BODY_BYTES]
 
 
 def payload_or_raise(message: Message) -> bytes | None:
@@ -61,5 +96,11 @@ def payload_or_raise(message: Message) -> bytes | None:
         detail = {}
     text = str(detail.get("Message") or detail.get("message") or "")
     if code == "ModelStreamError":
-        raise errors.ModelError(text or "model stream error", code=code, status=200)
+        error_code = detail.get("ErrorCode")
+        raise errors.ModelError(
+            text or "model stream error",
+            code=code,
+            status=200,
+            error_code=error_code if isinstance(error_code, str) else None,
+        )
     raise errors.InternalFailure(text or "internal stream failure", code=code, status=200)

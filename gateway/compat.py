@@ -32,34 +32,44 @@ stream ``ModelStreamError`` /                   ``botocore.exceptions.EventStrea
 ``ProtocolError``                               ``botocore.exceptions.ConnectionClosedError``
 ``ConnectTimeout``, ``PoolTimeout``             ``botocore.exceptions.ConnectTimeoutError``
 ``ReadTimeout``, ``DeadlineExceeded``           ``botocore.exceptions.ReadTimeoutError``
-``InvalidRequest`` (refused before sending)     ``botocore.exceptions.ParamValidationError``
+``InvalidHeaderValue`` (CR, LF, control chars)  ``botocore.exceptions.HTTPClientError`` (as
+                                                aiohttp refuses to send it)
+other ``InvalidRequest`` (refused before        ``client.exceptions.ValidationError`` (400),
+sending: name, length, size)                    as SageMaker answers the request botocore
+                                                would have sent
 any other ``GatewayError``                      ``botocore.exceptions.HTTPClientError``
 ==============================================  =========================================
+
+Parameters are validated by botocore's own validator (``ParamValidationError``
+with botocore's report) against the same service model the gateway's
+vocabulary comes from, so every member of every operation is accepted.
 
 The gateway error is kept as ``__cause__``. Differences from aiobotocore:
 an error's ``ResponseMetadata["HTTPHeaders"]`` holds only the request id
 (the gateway's errors do not keep the response headers); the stream call
-returns once the first event arrived rather than after the response head;
-``PrefixAwareId`` and InvokeEndpointAsync's ``Body``,
-``Filename`` and ``S3OutputPathExtension`` are refused with
-``ParamValidationError`` because the gateway does not send them yet.
+returns once the first event arrived rather than after the response head.
 The extra keyword ``Timeout=`` (seconds) sets the call's deadline.
+``Config`` options the gateway cannot honour are refused when the client is
+created (``botocore.exceptions.InvalidConfigError``), never ignored.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Final, Self
 
 import botocore.exceptions
 import botocore.session
+import botocore.validate
+from botocore.hooks import HierarchicalEmitter
 
+from gateway import _api as api
 from gateway import errors
+from gateway._api import AsyncInvocation, InvokeResult
 from gateway._client import Gateway
-from gateway._wire import AsyncInvocation, InvokeResult
 
 __all__ = [
     "ClientMeta",
@@ -91,7 +101,8 @@ _MISSING: Final[Any] = object()
 
 # -- parameters -------------------------------------------------------------
 
-_STR, _INT, _SECONDS, _UNSUPPORTED = "str", "int", "seconds", "unsupported"
+_STR, _INT, _BLOB, _SECONDS = "str", "int", "blob", "seconds"
+_KINDS: Final = {"string": _STR, "integer": _INT, "blob": _BLOB}
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,85 +111,41 @@ class _Operation:
 
     name: str
     path: str  # after /endpoints/{name}, for error messages
-    has_body: bool
-    # API name -> (Gateway keyword, kind)
+    has_body: bool  # Body is required and passed positionally (not async's inline Body)
+    # API name -> (Gateway keyword, kind), every member of the model but EndpointName
+    # and a required Body, plus our Timeout.
     params: Mapping[str, tuple[str, str]]
-    required: tuple[str, ...]
     required_params: tuple[str, ...]  # required, other than EndpointName and Body
-    members: str  # for "Unknown parameter", in botocore's order
+    nonempty: frozenset[str]  # string members the model gives a minimum length
+    input_shape: Any  # botocore's, for its own validation report
 
 
-def _operation(
-    name: str, path: str, has_body: bool, params: dict[str, tuple[str, str]], *required: str
-) -> _Operation:
+def _operation(operation: api.Operation) -> _Operation:
+    """The compat view of one operation of the SageMaker vocabulary."""
+    body = operation.by_name.get("Body")
+    has_body = body is not None and body.required
+    params = {
+        m.name: (m.keyword, _KINDS[m.kind])
+        for m in operation.request
+        if m.name != "EndpointName" and not (has_body and m.name == "Body")
+    }
     params["Timeout"] = ("timeout", _SECONDS)  # our extension: the call's deadline
-    names = ["EndpointName", *(["Body"] if has_body else []), *params]
     return _Operation(
-        name,
-        path,
+        operation.name,
+        operation.action,
         has_body,
         params,
-        ("EndpointName", *required),
-        tuple(name for name in required if name != "Body"),
-        ", ".join(names),
+        tuple(m.name for m in operation.request if m.required and m.location == "header"),
+        frozenset(m.name for m in operation.request if m.kind == "string" and m.min_length),
+        operation.input_shape,
     )
 
 
-_INVOKE: Final = _operation(
-    "InvokeEndpoint",
-    "invocations",
-    True,
-    {
-        "ContentType": ("content_type", _STR),
-        "Accept": ("accept", _STR),
-        "CustomAttributes": ("custom_attributes", _STR),
-        "TargetModel": ("target_model", _STR),
-        "TargetVariant": ("target_variant", _STR),
-        "TargetContainerHostname": ("target_container_hostname", _STR),
-        "InferenceId": ("inference_id", _STR),
-        "EnableExplanations": ("enable_explanations", _STR),
-        "InferenceComponentName": ("inference_component", _STR),
-        "SessionId": ("session_id", _STR),
-        "PrefixAwareId": ("", _UNSUPPORTED),
-    },
-    "Body",
-)
-_STREAM: Final = _operation(
-    "InvokeEndpointWithResponseStream",
-    "invocations-response-stream",
-    True,
-    {
-        "ContentType": ("content_type", _STR),
-        "Accept": ("accept", _STR),
-        "CustomAttributes": ("custom_attributes", _STR),
-        "TargetVariant": ("target_variant", _STR),
-        "TargetContainerHostname": ("target_container_hostname", _STR),
-        "InferenceId": ("inference_id", _STR),
-        "InferenceComponentName": ("inference_component", _STR),
-        "SessionId": ("session_id", _STR),
-        "PrefixAwareId": ("", _UNSUPPORTED),
-    },
-    "Body",
-)
-_ASYNC: Final = _operation(
-    "InvokeEndpointAsync",
-    "async-invocations",
-    False,
-    {
-        "ContentType": ("content_type", _STR),
-        "Accept": ("accept", _STR),
-        "CustomAttributes": ("custom_attributes", _STR),
-        "InferenceId": ("inference_id", _STR),
-        "InputLocation": ("input_location", _STR),
-        "S3OutputPathExtension": ("", _UNSUPPORTED),
-        "Filename": ("", _UNSUPPORTED),
-        "RequestTTLSeconds": ("request_ttl_seconds", _INT),
-        "InvocationTimeoutSeconds": ("invocation_timeout_seconds", _INT),
-        "Body": ("", _UNSUPPORTED),
-    },
-    # botocore lets Body stand in for InputLocation; the gateway needs the S3 URI.
-    "InputLocation",
-)
+_INVOKE: Final = _operation(api.INVOKE)
+_STREAM: Final = _operation(api.INVOKE_STREAM)
+_ASYNC: Final = _operation(api.INVOKE_ASYNC)
+_VALIDATOR: Final = botocore.validate.ParamValidator()
+_POSITIONAL: Final = frozenset({"EndpointName", "Body"})
 
 
 def _parse(operation: _Operation, params: dict[str, Any]) -> tuple[str, bytes, dict[str, Any]]:
@@ -188,17 +155,19 @@ def _parse(operation: _Operation, params: dict[str, Any]) -> tuple[str, bytes, d
     safe. The usual call (str values, bytes Body) costs one lookup per
     parameter; anything else takes the slow path, which coerces or reports.
     """
-    endpoint = params.pop("EndpointName", _MISSING)
-    body = params.pop("Body", _MISSING) if operation.has_body else b""
+    endpoint = params.get("EndpointName", _MISSING)
+    body = params.get("Body", _MISSING) if operation.has_body else b""
     ok = type(endpoint) is str and type(body) is bytes
     options: dict[str, Any] = {}
     for key, value in params.items():
         spec = operation.params.get(key)
         if spec is not None and (
-            (spec[1] == _STR and type(value) is str)
+            (spec[1] == _STR and type(value) is str and (value or key not in operation.nonempty))
             or (spec[1] == _SECONDS and type(value) in (float, int))
         ):
             options[spec[0]] = value
+        elif spec is None and key in _POSITIONAL:
+            continue  # EndpointName, or a required Body: read above
         else:
             ok = False
     if ok and (
@@ -211,47 +180,25 @@ def _parse(operation: _Operation, params: dict[str, Any]) -> tuple[str, bytes, d
 def _parse_slowly(
     operation: _Operation, endpoint: Any, body: Any, params: dict[str, Any]
 ) -> tuple[str, bytes, dict[str, Any]]:
-    """Coercions (bytearray, str, file-like Body; int/float values) and botocore's report."""
-    problems: list[str] = []
-    given = {"EndpointName": endpoint, "Body": body, **params}
-    problems += [
-        f'Missing required parameter in input: "{name}"'
-        for name in operation.required
-        if given.get(name, _MISSING) is _MISSING
-    ]
-    problems += [
-        f'Unknown parameter in input: "{key}", must be one of: {operation.members}'
-        for key in params
-        if key not in operation.params
-    ]
-    if endpoint is not _MISSING and type(endpoint) is not str:
-        problems.append(_type_problem("EndpointName", endpoint, "<class 'str'>"))
-    if operation.has_body and body is not _MISSING:
-        body = _coerce_body(body, problems)
-    options: dict[str, Any] = {}
-    for key, value in params.items():
-        spec = operation.params.get(key)
-        if spec is not None:
-            _check_value(key, value, spec, options, problems)
+    """botocore's own validation report, then coercions (bytearray, str, file-like blobs)."""
+    # In the caller's order, as botocore reports problems in it.
+    given = {key: value for key, value in params.items() if key != "Timeout"}
+    report = _VALIDATOR.validate(given, operation.input_shape)
+    problems = [report.generate_report()] if report.has_errors() else []
+    timeout = params.get("Timeout", _MISSING)
+    if timeout is not _MISSING and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float)
+    ):
+        problems.append(_type_problem("Timeout", timeout, "<class 'int'>, <class 'float'>"))
     if problems:
         raise botocore.exceptions.ParamValidationError(report="\n".join(problems))
-    return endpoint, body, options
-
-
-def _check_value(
-    key: str, value: Any, spec: tuple[str, str], options: dict[str, Any], problems: list[str]
-) -> None:
-    target, kind = spec
-    if kind == _UNSUPPORTED:
-        problems.append(f"Parameter {key} is not supported by gateway.compat")
-    elif kind == _STR and type(value) is not str:
-        problems.append(_type_problem(key, value, "<class 'str'>"))
-    elif kind == _INT and (type(value) is not int):
-        problems.append(_type_problem(key, value, "<class 'int'>"))
-    elif kind == _SECONDS and (isinstance(value, bool) or not isinstance(value, int | float)):
-        problems.append(_type_problem(key, value, "<class 'int'>, <class 'float'>"))
-    else:
-        options[target] = value
+    options: dict[str, Any] = {}
+    for key, value in params.items():
+        if key not in operation.params:
+            continue  # EndpointName, or a required Body
+        keyword, kind = operation.params[key]
+        options[keyword] = _coerce_blob(value) if kind == _BLOB else value
+    return endpoint, _coerce_blob(body) if operation.has_body else b"", options
 
 
 def _type_problem(key: str, value: Any, valid: str) -> str:
@@ -261,20 +208,14 @@ def _type_problem(key: str, value: Any, valid: str) -> str:
     )
 
 
-def _coerce_body(body: Any, problems: list[str]) -> bytes:
-    # botocore's blob type: bytes, bytearray, str (UTF-8) or anything with read().
+def _coerce_blob(body: Any) -> bytes:
+    # botocore's blob type (validated already): bytes, bytearray, str (UTF-8) or read().
     if isinstance(body, bytes | bytearray | memoryview):
         return bytes(body)
     if isinstance(body, str):
         return body.encode()
-    read = getattr(body, "read", None)
-    if callable(read):
-        data = read()
-        return data.encode() if isinstance(data, str) else bytes(data)
-    problems.append(
-        _type_problem("Body", body, "<class 'bytes'>, <class 'bytearray'>, file-like object")
-    )
-    return b""
+    data = body.read()
+    return data.encode() if isinstance(data, str) else bytes(data)
 
 
 # -- responses --------------------------------------------------------------
@@ -415,7 +356,7 @@ def _invoke_response(result: InvokeResult) -> dict[str, Any]:
     return response
 
 
-def _async_response(result: AsyncInvocation) -> dict[str, Any]:
+def _async_response(result: AsyncInvocation, attempts: int) -> dict[str, Any]:
     response: dict[str, Any] = {}
     if result.inference_id is not None:
         response["InferenceId"] = result.inference_id
@@ -424,7 +365,7 @@ def _async_response(result: AsyncInvocation) -> dict[str, Any]:
     if result.failure_location is not None:
         response["FailureLocation"] = result.failure_location
     headers = {"x-amzn-requestid": result.request_id} if result.request_id else {}
-    response["ResponseMetadata"] = _metadata(result.request_id, 202, headers, 0)
+    response["ResponseMetadata"] = _metadata(result.request_id, 202, headers, attempts - 1)
     return response
 
 
@@ -443,7 +384,7 @@ _TRANSPORT_ERRORS: Final[tuple[tuple[type[errors.GatewayError], Any], ...]] = (
 def _service_error_response(exc: errors.ServiceError) -> dict[str, Any]:
     """The ``response`` dict botocore builds for a rest-json error."""
     headers = {"x-amzn-requestid": exc.request_id} if exc.request_id else {}
-    metadata = _metadata(exc.request_id, exc.status, headers, 0)
+    metadata = _metadata(exc.request_id, exc.status, headers, exc.attempts - 1)
     if exc.status in _RETRIED_STATUSES or exc.code in _RETRIED_CODES:
         metadata["MaxAttemptsReached"] = True
     response: dict[str, Any] = {
@@ -472,6 +413,8 @@ class ClientMeta:
     service_name: str
     region_name: str
     endpoint_url: str | None
+    # botocore's event hooks (see "botocore-style event hooks" below).
+    events: ClientEvents = field(default_factory=lambda: ClientEvents())
 
 
 class SageMakerRuntimeClient:
@@ -512,6 +455,11 @@ class SageMakerRuntimeClient:
 
     async def invoke_endpoint(self, **params: Any) -> dict[str, Any]:
         """InvokeEndpoint, as ``aiobotocore`` calls it."""
+        if self.meta.events.active:
+            return await _with_events(self, _INVOKE, params, self._invoke_endpoint)
+        return await self._invoke_endpoint(params)
+
+    async def _invoke_endpoint(self, params: dict[str, Any]) -> dict[str, Any]:
         endpoint, body, options = _parse(_INVOKE, params)
         try:
             result = await self._gateway.invoke(endpoint, body, **options)
@@ -521,6 +469,11 @@ class SageMakerRuntimeClient:
 
     async def invoke_endpoint_with_response_stream(self, **params: Any) -> dict[str, Any]:
         """InvokeEndpointWithResponseStream; iterate ``response["Body"]`` with ``async for``."""
+        if self.meta.events.active:
+            return await _with_events(self, _STREAM, params, self._invoke_stream)
+        return await self._invoke_stream(params)
+
+    async def _invoke_stream(self, params: dict[str, Any]) -> dict[str, Any]:
         endpoint, body, options = _parse(_STREAM, params)
         parts = self._gateway.invoke_stream(endpoint, body, **options)
         first: bytes | None = None
@@ -555,12 +508,17 @@ class SageMakerRuntimeClient:
 
     async def invoke_endpoint_async(self, **params: Any) -> dict[str, Any]:
         """InvokeEndpointAsync (the input is already in S3 at ``InputLocation``)."""
+        if self.meta.events.active:
+            return await _with_events(self, _ASYNC, params, self._invoke_async)
+        return await self._invoke_async(params)
+
+    async def _invoke_async(self, params: dict[str, Any]) -> dict[str, Any]:
         endpoint, _, options = _parse(_ASYNC, params)
         try:
             result = await self._gateway.invoke_async(endpoint, **options)
         except errors.GatewayError as exc:
             raise self._translate(exc, _ASYNC, endpoint) from exc
-        return _async_response(result)
+        return _async_response(result, 1)
 
     def _translate(self, exc: errors.GatewayError, operation: _Operation, endpoint: str) -> Any:
         """The botocore exception aiobotocore would have raised (see the module docstring)."""
@@ -570,8 +528,13 @@ class SageMakerRuntimeClient:
                 return botocore.exceptions.EventStreamError(error, operation.name)
             error_class = self.exceptions.from_code(exc.code)
             return error_class(_service_error_response(exc), operation.name)
+        if isinstance(exc, errors.InvalidHeaderValue):
+            # aiohttp refuses to send such a header: botocore wraps that as HTTPClientError.
+            return botocore.exceptions.HTTPClientError(error=exc)
         if isinstance(exc, errors.InvalidRequest):
-            return botocore.exceptions.ParamValidationError(report=str(exc))
+            # botocore sends it; SageMaker refuses it: the same ClientError subclass.
+            refused = errors.ValidationError(str(exc), status=400)
+            return self.exceptions.ValidationError(_service_error_response(refused), operation.name)
         for gateway_class, botocore_class in _TRANSPORT_ERRORS:
             if isinstance(exc, gateway_class):
                 return botocore_class(endpoint_url=self._url(operation, endpoint), error=exc)
@@ -628,10 +591,9 @@ class Session:
 
         ``api_version``, ``use_ssl`` and ``aws_account_id`` are accepted and
         ignored (SageMaker Runtime has one API version and an https endpoint).
-        ``config`` (a botocore/aiobotocore ``Config``): the options you set
-        explicitly among connect_timeout, read_timeout, max_pool_connections,
-        region_name, use_fips_endpoint and use_dualstack_endpoint are applied;
-        retries are the gateway's own.
+        ``verify``: False skips TLS verification, a path is a CA bundle.
+        ``config`` (a botocore/aiobotocore ``Config``): see ``_SUPPORTED_OPTIONS``;
+        any other option set explicitly raises ``InvalidConfigError``.
         """
         if service_name != SERVICE_NAME:
             raise botocore.exceptions.UnknownServiceError(
@@ -654,8 +616,18 @@ class Session:
                 ),
                 profile=self._profile,
                 pool=_pool(options, verify),
-                use_fips_endpoint=bool(options.get("use_fips_endpoint", False)),
-                use_dualstack_endpoint=bool(options.get("use_dualstack_endpoint", False)),
+                use_fips_endpoint=options.get("use_fips_endpoint"),
+                use_dualstack_endpoint=options.get("use_dualstack_endpoint"),
+                ignore_configured_endpoint_urls=options.get("ignore_configured_endpoint_urls"),
+                ca_bundle=verify if isinstance(verify, str) else None,
+                user_agent_extra=options.get("user_agent_extra"),
+                user_agent_appid=options.get("user_agent_appid"),
+                defaults=self._retry_template(options.get("retries")),
+            )
+        elif set(options) - {"region_name"} or verify is not None or endpoint_url is not None:
+            raise botocore.exceptions.InvalidConfigError(
+                error_msg="gateway.compat: a client that wraps a Gateway takes its settings "
+                "from that Gateway; pass only region_name with gateway="
             )
         meta = ClientMeta(SERVICE_NAME, region, endpoint_url or gateway.config.endpoint_url)
         return SageMakerRuntimeClient(gateway, self.exceptions, meta, owns_gateway=owns_gateway)
@@ -666,13 +638,84 @@ class Session:
             raise botocore.exceptions.NoRegionError()
         return str(region)
 
+    def _retry_template(self, retries: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        """The route template's retry policy from Config(retries=...), else from botocore.
+
+        botocore counts ``max_attempts`` after the first attempt and
+        ``total_max_attempts`` (and AWS_MAX_ATTEMPTS, a profile's
+        max_attempts) including it; the gateway's ``retry.max_attempts``
+        includes it. Unset everywhere: the gateway's own default policy.
+        """
+        retries = dict(retries or {})
+        mode = retries.get("mode") or self._botocore.get_config_variable("retry_mode")
+        if mode == "adaptive":
+            raise botocore.exceptions.InvalidConfigError(
+                error_msg='gateway.compat: retry mode "adaptive" (client-side rate limiting) '
+                'is not supported; use "standard" or "legacy" (the gateway budgets retries)'
+            )
+        total = retries.get("total_max_attempts")
+        if total is None and retries.get("max_attempts") is not None:
+            total = int(retries["max_attempts"]) + 1
+        if total is None:
+            total = self._botocore.get_config_variable("max_attempts")
+        if total is None:
+            return None
+        return {"retry": {"max_attempts": max(1, int(total))}}
+
+
+# botocore Config options compat applies, or that have no effect on
+# sagemaker-runtime in botocore either (no host prefix, endpoint discovery,
+# compression, checksums, S3 or account-id endpoints for this service).
+_SUPPORTED_OPTIONS: Final = frozenset(
+    {
+        "region_name",
+        "connect_timeout",
+        "read_timeout",
+        "max_pool_connections",
+        "use_fips_endpoint",
+        "use_dualstack_endpoint",
+        "ignore_configured_endpoint_urls",
+        "retries",
+        "user_agent_extra",
+        "user_agent_appid",
+        "inject_host_prefix",
+        "endpoint_discovery_enabled",
+        "disable_request_compression",
+        "request_min_compression_size_bytes",
+        "request_checksum_calculation",
+        "response_checksum_validation",
+        "account_id_endpoint_mode",
+        "s3",
+        "s3_disable_express_session_auth",
+    }
+)
+# Options with a value compat honours as botocore does.
+_ACCEPTED_VALUES: Final[Mapping[str, tuple[object, ...]]] = {
+    "signature_version": ("v4", "s3v4"),
+    "parameter_validation": (True,),
+    "tcp_keepalive": (True,),  # the gateway always sets TCP keepalive
+    "defaults_mode": ("legacy",),
+}
+
 
 def _explicit_options(config: Any) -> dict[str, Any]:
-    # botocore Config remembers which options the caller set; the others are
-    # botocore's defaults (10 connections, 60 s timeouts), not the user's wish.
+    """The options the caller set on ``config``; refuses those compat cannot honour.
+
+    botocore Config remembers which options the caller set; the others are
+    botocore's defaults (10 connections, 60 s timeouts), not the user's wish.
+    """
     if config is None:
         return {}
-    return dict(getattr(config, "_user_provided_options", {}))
+    options = dict(getattr(config, "_user_provided_options", {}))
+    for name, value in options.items():
+        accepted = _ACCEPTED_VALUES.get(name)
+        if name in _SUPPORTED_OPTIONS or (accepted is not None and value in accepted):
+            continue
+        hint = f" (supported: {', '.join(map(repr, accepted))})" if accepted else ""
+        raise botocore.exceptions.InvalidConfigError(
+            error_msg=f"gateway.compat does not support Config({name}={value!r}){hint}"
+        )
+    return options
 
 
 def _pool(options: Mapping[str, Any], verify: bool | str | None) -> dict[str, Any] | None:
@@ -715,3 +758,113 @@ def get_session() -> Session:
 def create_client(service_name: str, **kwargs: Any) -> SageMakerRuntimeClient:
     """``get_session().create_client(...)``: use as ``async with create_client(...) as c``."""
     return get_session().create_client(service_name, **kwargs)
+
+
+# -- botocore-style event hooks ------------------------------------------------------
+#
+# X-Ray, OpenTelemetry and home-grown instrumentation register handlers on
+# ``client.meta.events`` (botocore's HierarchicalEmitter). The compat client
+# has no botocore request pipeline, so it emits the call-level events itself,
+# with botocore's names and keyword arguments, only once a handler is
+# registered (until then a call pays one attribute check):
+#
+#   provide-client-params.sagemaker-runtime.<Operation>  params, model, context
+#       (a handler may return new params, as in botocore)
+#   before-parameter-build.sagemaker-runtime.<Operation> params, model, context
+#   before-call.sagemaker-runtime.<Operation>            model, params (the request
+#       dict: url_path, query_string, method, headers, body, url, context),
+#       request_signer=None, context
+#   after-call.sagemaker-runtime.<Operation>             http_response, parsed, model,
+#       context
+#   after-call-error.sagemaker-runtime.<Operation>       exception, context
+#
+# ``parsed["ResponseMetadata"]["RetryAttempts"]`` counts the gateway's extra
+# attempts (hedges and retries). Per-HTTP-attempt events (before-send, needs-retry, ...) are not
+# emitted: the gateway signs, sends, hedges and retries itself; observe those
+# through ``client.gateway.add_hook`` (gateway._events) instead.
+
+
+class ClientEvents(HierarchicalEmitter):  # type: ignore[misc]
+    """``client.meta.events``: botocore's own emitter, with an ``active`` flag."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.active = False
+        self._models: dict[str, Any] = {}
+
+    def register(self, event_name: str, handler: Any, *args: Any, **kwargs: Any) -> None:
+        super().register(event_name, handler, *args, **kwargs)
+        self.active = True
+
+    def register_first(self, event_name: str, handler: Any, *args: Any, **kwargs: Any) -> None:
+        super().register_first(event_name, handler, *args, **kwargs)
+        self.active = True
+
+    def register_last(self, event_name: str, handler: Any, *args: Any, **kwargs: Any) -> None:
+        super().register_last(event_name, handler, *args, **kwargs)
+        self.active = True
+
+    def operation_model(self, name: str) -> Any:
+        """botocore's OperationModel of ``name`` (loaded once, when first needed)."""
+        model = self._models.get(name)
+        if model is None:
+            service = botocore.session.get_session().get_service_model(SERVICE_NAME)
+            model = self._models[name] = service.operation_model(name)
+        return model
+
+
+@dataclass(frozen=True, slots=True)
+class _HttpResponse:
+    """What ``after-call`` handlers read of botocore's AWSResponse."""
+
+    status_code: int
+    headers: Mapping[str, str]
+    content: bytes = b""
+
+
+async def _with_events(
+    client: SageMakerRuntimeClient,
+    operation: _Operation,
+    params: dict[str, Any],
+    call: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]],
+) -> dict[str, Any]:
+    events = client.meta.events
+    suffix = f"{SERVICE_NAME}.{operation.name}"
+    model = events.operation_model(operation.name)
+    context: dict[str, Any] = {"client_region": client.meta.region_name}
+    _, replaced = events.emit_until_response(
+        f"provide-client-params.{suffix}", params=params, model=model, context=context
+    )
+    if replaced is not None:
+        params = replaced
+    events.emit(f"before-parameter-build.{suffix}", params=params, model=model, context=context)
+    endpoint = params.get("EndpointName")
+    request = {
+        "url_path": f"/endpoints/{endpoint}/{operation.path}",
+        "query_string": "",
+        "method": "POST",
+        "headers": {},
+        "body": params.get("Body", b""),
+        "url": client._url(operation, str(endpoint)),
+        "context": context,
+    }
+    events.emit(
+        f"before-call.{suffix}", model=model, params=request, request_signer=None, context=context
+    )
+    try:
+        response = await call(params)
+    except Exception as exc:
+        events.emit(f"after-call-error.{suffix}", exception=exc, context=context)
+        raise
+    metadata = response.get("ResponseMetadata", {})
+    http_response = _HttpResponse(
+        metadata.get("HTTPStatusCode", 200), metadata.get("HTTPHeaders", {})
+    )
+    events.emit(
+        f"after-call.{suffix}",
+        http_response=http_response,
+        parsed=response,
+        model=model,
+        context=context,
+    )
+    return response

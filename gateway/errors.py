@@ -7,6 +7,10 @@ Errors are translated once, at the boundary where they are caught.
 
 from __future__ import annotations
 
+# The root and ConfigError live in the package routing and cache share, so
+# they raise this very ConfigError without importing gateway.
+from sagemaker_gateway_config import ConfigError, GatewayError
+
 __all__ = [
     "CacheUnavailable",
     "ConfigError",
@@ -16,6 +20,7 @@ __all__ = [
     "GatewayError",
     "InternalDependency",
     "InternalFailure",
+    "InvalidHeaderValue",
     "InvalidRequest",
     "ModelError",
     "ModelNotReady",
@@ -24,6 +29,7 @@ __all__ = [
     "ProtocolError",
     "ReadError",
     "ReadTimeout",
+    "ResponseStreamError",
     "ServiceError",
     "ServiceUnavailable",
     "SignatureError",
@@ -36,18 +42,12 @@ __all__ = [
 ]
 
 
-class GatewayError(Exception):
-    """Root of every error raised by the gateway."""
-
-    retryable: bool = False
-
-
-class ConfigError(GatewayError, ValueError):
-    """A configuration value is missing or wrong; the message names the key."""
-
-
 class InvalidRequest(GatewayError, ValueError):
     """The request was refused before anything was sent (bad header, too large)."""
+
+
+class InvalidHeaderValue(InvalidRequest):
+    """A header value no HTTP request may carry (CR, LF, NUL, control characters)."""
 
 
 # -- transport --------------------------------------------------------------
@@ -84,6 +84,19 @@ class ProtocolError(TransportError):
     """The server sent something that is not valid HTTP/1.1."""
 
     retryable = False
+
+
+class ResponseStreamError(ProtocolError):
+    """A response stream broke its event framing: a corrupt message, or the body ended mid-message.
+
+    ``parts`` counts the payload parts already delivered to the caller. Once
+    any was, the stream cannot be replayed: the error is not retryable.
+    """
+
+    def __init__(self, message: str, *, parts: int) -> None:
+        super().__init__(message, sent=True)
+        self.parts = parts
+        self.retryable = parts == 0
 
 
 # -- timeouts ---------------------------------------------------------------
@@ -158,12 +171,16 @@ class ModelError(ServiceError):
         original_status_code: int | None = None,
         original_message: str | None = None,
         log_stream_arn: str | None = None,
+        error_code: str | None = None,
         **kwargs: object,
     ) -> None:
         super().__init__(message, **kwargs)  # type: ignore[arg-type]
         self.original_status_code = original_status_code
         self.original_message = original_message
         self.log_stream_arn = log_stream_arn
+        # A stream's ModelStreamError names what broke (ModelInvocationTimeExceeded,
+        # StreamBroken, ...) in its ErrorCode member.
+        self.error_code = error_code
 
 
 class ModelNotReady(ServiceError):

@@ -25,6 +25,8 @@ A 400/424 answer is ``Outcome.NEUTRAL``: it completed, but says nothing
 about the target's health.
 """
 
+from sagemaker_gateway_config import ConfigError
+
 from ._affinity import rendezvous_score
 from ._config import (
     EjectionConfig,
@@ -32,27 +34,28 @@ from ._config import (
     HedgeConfig,
     RetryConfig,
     RouteConfig,
-    RouteConfigError,
     Target,
     parse_routes,
 )
-from ._route import Route
+from ._route import HealthObserver, Route
 from ._router import RouteProtocol, Router, RouterProtocol
-from ._stats import HedgeBudget, LatencyWindow, RetryBudget
+from ._stats import HedgeBudget, HedgeDelay, LatencyWindow, RetryBudget
 from ._target import Outcome, TargetHealth, TargetState
 
 __all__ = [
+    "ConfigError",
     "EjectionConfig",
     "HealthCheckConfig",
+    "HealthObserver",
     "HedgeBudget",
     "HedgeConfig",
+    "HedgeDelay",
     "LatencyWindow",
     "Outcome",
     "RetryBudget",
     "RetryConfig",
     "Route",
     "RouteConfig",
-    "RouteConfigError",
     "RouteProtocol",
     "Router",
     "RouterProtocol",

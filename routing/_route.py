@@ -1,4 +1,15 @@
+# Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py); an editable install runs it
+# as plain Python. Keep it compilable: no async generators, no monkeypatching of its classes,
+# re-check attributes narrowed before an await. A compiled install needs a rebuild after edits.
 """Runtime state of one route: balancing, ejection, hedge and retry budgets.
+
+Weights are traffic shares. Targets of equal weight form a class; each
+class gets the share of calls its healthy weight is of the route's (smooth
+weighted round-robin: exact at any concurrency, no randomness), and inside
+a class peak-EWMA picks the cheapest target. A route whose targets all
+weigh the same (the default) is one class: pure latency-aware balancing. A
+canary at 0.1 next to a primary at 0.9 gets 10% of calls, however few are
+in flight, instead of only the overflow once the primary is loaded.
 
 Gateway calls :meth:`Route.pick`, :meth:`Route.start` and
 :meth:`Route.finish` on every attempt, so those three are written for
@@ -16,12 +27,15 @@ from collections.abc import Callable, Collection, Sequence
 
 from ._affinity import _Ranker
 from ._config import RouteConfig
-from ._stats import HedgeBudget, LatencyWindow, RetryBudget
+from ._stats import HedgeBudget, HedgeDelay, LatencyWindow, RetryBudget
 from ._target import Outcome, TargetHealth, TargetState
 
-__all__ = ["Route"]
+__all__ = ["HealthObserver", "Route"]
 
 Clock = Callable[[], float]
+# Told about every ejection and re-admission, after the change: the route and
+# the target (whose ``state`` says which it was). Rare, so a plain callable.
+HealthObserver = Callable[["Route", TargetState], None]
 
 # Peak-EWMA time constant (Finagle and Linkerd use 10 s).
 _TAU_S = 10.0
@@ -39,11 +53,10 @@ _MAX_EWMA_S = 60.0
 _UNSAMPLED_PENALTY_S = 1e3
 # At most this many targets are scanned; above it, power of two choices.
 _FULL_SCAN_MAX = 4
-# Hedge delay before the window holds enough samples for the percentile:
+# Hedge delay before the window holds enough samples to find the tail:
 # below ceil(_WARMUP_SAMPLES_PER_HEDGE / max_extra_load) samples (100 at
-# 5%) the delay is the slowest latency seen, i.e. hedge only slower-than-ever
-# calls; with no sample at all, no hedging (None). Refreshed often while
-# warming up, every refresh_s after.
+# 5%) it is the configured initial delay. Refreshed often while warming up
+# or not hedging, every refresh_s after.
 _WARMUP_SAMPLES_PER_HEDGE = 5
 _WARMUP_REFRESH_S = 0.1
 
@@ -77,6 +90,61 @@ def _cost(state: TargetState, now: float) -> float:
     return load * state._inv_weight
 
 
+class _WeightClass:
+    """The targets sharing one weight, and their running smooth-WRR credit."""
+
+    __slots__ = ("credit", "healthy", "members", "share")
+
+    def __init__(self, members: tuple[TargetState, ...]) -> None:
+        self.members = members
+        self.healthy: list[TargetState] = list(members)
+        # The class's weight in the route: the sum of its healthy members'.
+        self.share = sum(state.target.weight for state in members)
+        self.credit = 0.0
+
+    def regroup(self) -> None:
+        self.healthy = [s for s in self.members if s._state is _HEALTHY]
+        self.share = sum(state.target.weight for state in self.healthy)
+
+
+def _weight_classes(targets: tuple[TargetState, ...]) -> tuple[_WeightClass, ...] | None:
+    """Targets grouped by weight, in config order; None when all weigh the same."""
+    groups: dict[float, list[TargetState]] = {}
+    for state in targets:
+        groups.setdefault(state.target.weight, []).append(state)
+    if len(groups) < 2:
+        return None
+    return tuple(_WeightClass(tuple(members)) for members in groups.values())
+
+
+def _take_share(
+    classes: tuple[_WeightClass, ...], exclude: Collection[TargetState]
+) -> list[TargetState]:
+    """The candidates of the class whose turn it is (smooth weighted round-robin).
+
+    Each class with a candidate earns its share; the one with most credit
+    is chosen and pays the total back, so over any run of picks each class
+    is chosen in proportion to its share, within one pick.
+    """
+    chosen: _WeightClass | None = None
+    chosen_members: list[TargetState] = []
+    total = 0.0
+    for weight_class in classes:
+        members = weight_class.healthy
+        if exclude:
+            members = [state for state in members if state not in exclude]
+        if not members:
+            continue
+        weight_class.credit += weight_class.share
+        total += weight_class.share
+        if chosen is None or weight_class.credit > chosen.credit:
+            chosen = weight_class
+            chosen_members = members
+    if chosen is not None:
+        chosen.credit -= total
+    return chosen_members
+
+
 def _least_cost(candidates: Sequence[TargetState], now: float) -> TargetState:
     # _cost inlined: this loop is the hot path for routes of 2-4 targets.
     best = candidates[0]
@@ -105,24 +173,25 @@ class Route:
     """
 
     __slots__ = (
+        "_classes",
         "_clock",
         "_config",
         "_healthy",
         "_hedge_budget",
         "_hedge_delay",
-        "_hedge_quantile",
+        "_hedge_policy",
         "_latency",
         "_max_out",
         "_mme_preferred",
         "_next_hedge_refresh",
         "_next_wake",
+        "_observer",
         "_probing",
         "_random",
         "_ranker",
         "_retry_budget",
         "_sole",
         "_targets",
-        "_warmup_samples",
         "hedging",
     )
 
@@ -133,13 +202,16 @@ class Route:
         clock: Clock = time.monotonic,
         rng: random.Random | None = None,
         ranking_cache_size: int = 16_384,
+        observer: HealthObserver | None = None,
     ) -> None:
         self._config = config
         self._clock = clock
+        self._observer = observer
         self._random = (rng if rng is not None else random.Random()).random
         self._targets = tuple(TargetState(target) for target in config.targets)
         self._healthy: list[TargetState] = list(self._targets)
         self._probing: list[TargetState] = []
+        self._classes = _weight_classes(self._targets)
         self._next_wake = math.inf
         self._max_out = _max_out_of_rotation(len(self._targets), config.ejection.max_ejected_share)
         self._mme_preferred = config.mme_preferred
@@ -163,8 +235,18 @@ class Route:
         # A one-target route never ejects its target (see _max_out_of_rotation),
         # so a primary pick there is always that target.
         self._sole = self._targets[0] if len(self._targets) == 1 else None
-        self._hedge_quantile = hedge.delay_quantile
-        self._warmup_samples = math.ceil(_WARMUP_SAMPLES_PER_HEDGE / hedge.max_extra_load)
+        self._hedge_policy = (
+            HedgeDelay(
+                self._latency,
+                initial_s=hedge.initial_delay_ms / 1000.0,
+                floor_s=hedge.min_delay_ms / 1000.0,
+                win_share=hedge.win_share,
+                warmup_samples=math.ceil(_WARMUP_SAMPLES_PER_HEDGE / hedge.max_extra_load),
+                quantile=hedge.quantile,
+            )
+            if self._latency is not None
+            else None
+        )
         self._hedge_delay: float | None = None
         self._next_hedge_refresh = now
 
@@ -194,6 +276,11 @@ class Route:
     @property
     def hedge_budget(self) -> HedgeBudget:
         return self._hedge_budget
+
+    @property
+    def hedge_policy(self) -> HedgeDelay | None:
+        """The hedge delay's state and the hedges' record (fired, won); None when off."""
+        return self._hedge_policy
 
     def preferred_targets(self, model: str) -> tuple[TargetState, ...]:
         """The model's rendezvous ranking, best first (health ignored)."""
@@ -242,7 +329,10 @@ class Route:
             if probe is not None:
                 return probe
         candidates = self._healthy
-        if exclude:
+        classes = self._classes
+        if classes is not None:
+            candidates = _take_share(classes, exclude)
+        elif exclude:
             candidates = [state for state in candidates if state not in exclude]
         count = len(candidates)
         if count > _FULL_SCAN_MAX:
@@ -305,11 +395,10 @@ class Route:
     def hedge_delay(self) -> float | None:
         """Seconds to wait before hedging, or None for "do not hedge".
 
-        The ``1 - max_extra_load`` quantile of this route's recent latencies
-        (0.05 -> p95) over ``window_s``, recomputed every ``refresh_s``, and
-        never below ``min_delay_ms``. None when hedging is off or no latency
-        has been seen yet; see ``_WARMUP_SAMPLES_PER_HEDGE`` for the
-        conservative delay used while samples are few.
+        ``initial_delay_ms`` while the route has seen few answers, then where
+        the tail of its latencies over ``window_s`` starts (see
+        :class:`HedgeDelay`), recomputed every ``refresh_s`` and never below
+        ``min_delay_ms``. None when hedging is off or there is no tail.
         """
         if self._latency is None:
             return None
@@ -321,14 +410,19 @@ class Route:
     def observe_superseded(self, started_at: float) -> None:
         """A primary attempt lost to its hedge: count its elapsed time as a latency.
 
-        It would have taken at least that long, and leaving it out (as
-        CANCELLED does) hides exactly the slow tail the hedge delay must see:
-        the delay then comes out too short and ordinary requests use up the
-        hedge budget. Only the hedge window sees it, not health or balancing.
+        It would have taken longer, and leaving it out (as CANCELLED does)
+        hides exactly the slow tail the hedge delay must see. It is recorded
+        as its elapsed time plus the median: the least that still counts it
+        as a win for a hedge fired at the delay in force (the hedge's own
+        answer took about the median). Only the hedge window sees it, not
+        health or balancing. It also counts as a won hedge.
         """
-        if self._latency is not None:
+        policy = self._hedge_policy
+        if self._latency is not None and policy is not None:
             now = self._clock()
-            self._latency.record(max(now - started_at, _MIN_SAMPLE_S), now)
+            elapsed = max(now - started_at, _MIN_SAMPLE_S)
+            self._latency.record(elapsed + policy.median_s, now)
+            policy.on_won()
 
     def try_acquire_hedge(self) -> bool:
         """Spend a hedge token; False means "do not send this hedge".
@@ -337,11 +431,14 @@ class Route:
         budget (it is extra load all the same), so hedges and retries
         together stay within the retry budget.
         """
-        if self._latency is None or not self._hedge_budget.can_spend():
+        policy = self._hedge_policy
+        if policy is None or not self._hedge_budget.can_spend():
             return False
         if not self._retry_budget.try_withdraw():
             return False
         self._hedge_budget.spend()
+        if policy.on_fired():
+            self._next_hedge_refresh = 0.0  # enough hedges to judge: refresh on the next call
         return True
 
     # --- retries -----------------------------------------------------------
@@ -540,6 +637,7 @@ class Route:
         target._window_successes = target._window_failures = 0
         target._prev_successes = target._prev_failures = 0
         self._regroup()
+        self._tell(target)
 
     def _readmit(self, target: TargetState, now: float) -> None:
         target._state = _HEALTHY
@@ -547,6 +645,12 @@ class Route:
         target._window_successes = target._window_failures = 0
         target._prev_successes = target._prev_failures = 0
         self._regroup()
+        self._tell(target)
+
+    def _tell(self, target: TargetState) -> None:
+        observer = self._observer
+        if observer is not None:
+            observer(self, target)
 
     def _on_late_success(self, target: TargetState, elapsed: float, now: float) -> None:
         if target._state is _PROBING:
@@ -567,6 +671,9 @@ class Route:
         # Rebuilt on state changes only (rare), so pick can read plain lists.
         self._healthy = [s for s in self._targets if s._state is _HEALTHY]
         self._probing = [s for s in self._targets if s._state is _PROBING]
+        if self._classes is not None:
+            for weight_class in self._classes:
+                weight_class.regroup()
         self._next_wake = min(
             (s._ejected_until for s in self._targets if s._state is _EJECTED), default=math.inf
         )
@@ -574,18 +681,15 @@ class Route:
     # --- internals: hedging ------------------------------------------------
 
     def _refresh_hedge_delay(self, now: float) -> None:
-        latency = self._latency
-        assert latency is not None
-        hedge = self._config.hedge
-        count = latency.count
-        if count >= self._warmup_samples:
-            delay = latency.quantile(self._hedge_quantile, now)
-            self._next_hedge_refresh = now + hedge.refresh_s
-        else:
-            delay = latency.quantile(1.0, now) if count else None
-            self._next_hedge_refresh = now + min(hedge.refresh_s, _WARMUP_REFRESH_S)
-        floor = hedge.min_delay_ms / 1000.0
-        self._hedge_delay = None if delay is None else max(delay, floor)
+        policy = self._hedge_policy
+        assert policy is not None
+        refresh_s = self._config.hedge.refresh_s
+        delay = self._hedge_delay = policy.refresh(now)
+        # While warming up, or while no tail is seen, look again soon: a tail
+        # that appears should be hedged within a fraction of a second.
+        if delay is None or policy.warming_up:
+            refresh_s = min(refresh_s, _WARMUP_REFRESH_S)
+        self._next_hedge_refresh = now + refresh_s
 
 
 def _idle_probe(

@@ -1,3 +1,6 @@
+# Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py); an editable install runs it
+# as plain Python. Keep it compilable: no async generators, no monkeypatching of its classes,
+# re-check attributes narrowed before an await. A compiled install needs a rebuild after edits.
 """The route table, default single-target routes, and the interface gateway uses."""
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from ._config import RouteConfig, Target, parse_routes
-from ._route import Route
+from ._route import HealthObserver, Route
 from ._stats import HedgeBudget, RetryBudget
 from ._target import Outcome, TargetState
 
@@ -70,9 +73,19 @@ class Router:
     ejection and health-check settings of those default routes; its name
     and targets are ignored. Default routes are cached (FIFO-bounded by
     ``default_route_capacity``) so their statistics persist across calls.
+    ``observer(route, target)`` is called after every ejection and
+    re-admission in any of the routes (``target.state`` says which).
     """
 
-    __slots__ = ("_capacity", "_clock", "_defaults", "_random", "_routes", "_template")
+    __slots__ = (
+        "_capacity",
+        "_clock",
+        "_defaults",
+        "_observer",
+        "_random",
+        "_routes",
+        "_template",
+    )
 
     def __init__(
         self,
@@ -82,9 +95,11 @@ class Router:
         rng: random.Random | None = None,
         default_template: RouteConfig | None = None,
         default_route_capacity: int = 1024,
+        observer: HealthObserver | None = None,
     ) -> None:
         configs = routes.values() if isinstance(routes, Mapping) else routes
         self._clock = clock
+        self._observer = observer
         self._random = rng if rng is not None else random.Random()
         self._template = default_template
         self._capacity = max(1, default_route_capacity)
@@ -132,4 +147,4 @@ class Router:
     def _build(self, config: RouteConfig) -> Route:
         # One seeded generator per route keeps runs reproducible under a seeded Router.
         rng = random.Random(self._random.getrandbits(64))
-        return Route(config, clock=self._clock, rng=rng)
+        return Route(config, clock=self._clock, rng=rng, observer=self._observer)

@@ -1,3 +1,6 @@
+# Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py); an editable install runs it
+# as plain Python. Keep it compilable: no async generators, no monkeypatching of its classes,
+# re-check attributes narrowed before an await. A compiled install needs a rebuild after edits.
 """Latency statistics and the two token budgets (hedges, retries).
 
 Everything here is O(1) per recorded event; the occasional O(buckets) work
@@ -11,7 +14,7 @@ import math
 import time
 from collections.abc import Callable
 
-__all__ = ["HedgeBudget", "LatencyWindow", "RetryBudget"]
+__all__ = ["HedgeBudget", "HedgeDelay", "LatencyWindow", "RetryBudget"]
 
 Clock = Callable[[], float]
 
@@ -25,6 +28,13 @@ _BUCKET_COUNT = math.ceil(math.log2(100.0 / _LOWEST_S) * _BUCKETS_PER_DOUBLING) 
 
 def _bucket_upper_edge(index: int) -> float:
     return _LOWEST_S * math.pow(2.0, (index + 1) / _BUCKETS_PER_DOUBLING)
+
+
+def _bucket_index(seconds: float) -> int:
+    if seconds <= _LOWEST_S:
+        return 0
+    index = int(math.log2(seconds / _LOWEST_S) * _BUCKETS_PER_DOUBLING)
+    return index if index < _BUCKET_COUNT else _BUCKET_COUNT - 1
 
 
 class LatencyWindow:
@@ -78,6 +88,42 @@ class LatencyWindow:
                 return _bucket_upper_edge(index)
         return _bucket_upper_edge(_BUCKET_COUNT - 1)  # pragma: no cover - rank <= count
 
+    def tail_start(self, win_share: float, now: float) -> float | None:
+        """Where the tail starts: the least delay worth hedging at, or None (no tail).
+
+        A hedge fired at delay ``d`` wins when its own answer, typically the
+        median ``m``, lands before the primary's: when the primary takes
+        longer than ``d + m``. Among the samples slower than ``d``, the share
+        slower than ``d + m`` is the share of hedges fired at ``d`` that
+        would win. This is the least bucket edge ``d`` from the median up
+        where that share reaches ``win_share``: above a body with no tail it
+        never does (an answer a little late is nearly always back before a
+        hedge would be), so nothing is hedged; with a tail, ``d`` sits where
+        the tail outweighs what is left of the body. One pass over the
+        buckets (a refresh, every few seconds), none per request.
+        """
+        median = self.quantile(0.5, now)
+        if median is None:
+            return None
+        totals = self._totals
+        # above[i]: samples in buckets above bucket i (all slower than its upper edge).
+        above = [0] * _BUCKET_COUNT
+        running = 0
+        for index in range(_BUCKET_COUNT - 1, -1, -1):
+            above[index] = running
+            running += totals[index]
+        start = _bucket_index(median)
+        for index in range(start, _BUCKET_COUNT):
+            slower = above[index]
+            if slower == 0:
+                return None
+            delay = _bucket_upper_edge(index)
+            # Samples in the bucket holding delay + m may be either side of it:
+            # only those above it count, so the share errs low (fewer hedges).
+            if above[_bucket_index(delay + median)] >= win_share * slower:
+                return delay
+        return None  # pragma: no cover - the last bucket has nothing above it
+
     def _advance(self, now: float) -> None:
         # Expire whole slices that ended; after a long idle gap, all of them.
         slices = len(self._ring)
@@ -94,6 +140,122 @@ class LatencyWindow:
         self._slice_end += self._slice_s * elapsed
 
 
+# Hedge outcomes needed before they move the delay, and how far one refresh moves it.
+_MIN_HEDGE_EVIDENCE = 20
+_RAISE_STEP = 1.25
+_MAX_RAISE = 8.0
+
+
+class HedgeDelay:
+    """When to hedge: where the tail starts, while hedges there win; and how they fared.
+
+    * Until the window holds ``warmup_samples`` latencies: ``initial_s``, so
+      hedges fire from a route's first call.
+    * Then, by default, :meth:`LatencyWindow.tail_start`: the least delay at
+      which ``win_share`` of the hedges fired would answer first. With no
+      tail there is no such delay and nothing is hedged, so the budget is
+      spent only when there is a tail to cut.
+    * The hedges actually sent check that estimate: every 20 hedges, while
+      fewer than half of ``win_share`` of them won, the delay goes up by a
+      quarter (at most 8x); once they win as often as aimed, it comes back
+      down. The route refreshes as soon as 20 have been sent, so a wrong
+      estimate costs a few dozen hedges, not a refresh period's worth.
+    * An explicit ``quantile`` replaces the tail estimate (Finagle's fixed
+      percentile), for operators who want it.
+
+    Pure logic, driven by :class:`Route` with its clock's readings.
+    """
+
+    __slots__ = (
+        "_fired_since",
+        "_floor_s",
+        "_initial_s",
+        "_quantile",
+        "_raise",
+        "_warmup_samples",
+        "_win_share",
+        "_window",
+        "_won_since",
+        "fired",
+        "median_s",
+        "won",
+    )
+
+    def __init__(
+        self,
+        window: LatencyWindow,
+        *,
+        initial_s: float | None,
+        floor_s: float,
+        win_share: float,
+        warmup_samples: int,
+        quantile: float | None = None,
+    ) -> None:
+        self._window = window
+        self._initial_s = initial_s
+        self._floor_s = floor_s
+        self._win_share = win_share
+        self._warmup_samples = warmup_samples
+        self._quantile = quantile
+        self._raise = 1.0
+        self._fired_since = 0
+        self._won_since = 0
+        #: Hedges sent, and those that answered before their primary, since the start.
+        self.fired = 0
+        self.won = 0
+        #: The window's median at the last refresh (0.0 before any sample).
+        self.median_s = 0.0
+
+    @property
+    def warming_up(self) -> bool:
+        return self._window.count < self._warmup_samples
+
+    @property
+    def raised_by(self) -> float:
+        """How far the hedges' own results have pushed the delay up (1.0: not at all)."""
+        return self._raise
+
+    def on_fired(self) -> bool:
+        """Count a hedge sent; True when enough have been sent to judge them (refresh soon)."""
+        self.fired += 1
+        self._fired_since += 1
+        return self._fired_since >= _MIN_HEDGE_EVIDENCE
+
+    def on_won(self) -> None:
+        self.won += 1
+        self._won_since += 1
+
+    def refresh(self, now: float) -> float | None:
+        """The delay to use until the next refresh; None means "do not hedge"."""
+        window = self._window
+        median = window.quantile(0.5, now)
+        self.median_s = 0.0 if median is None else median
+        if window.count < self._warmup_samples:
+            delay = self._initial_s
+        else:
+            self._learn_from_hedges()
+            if self._quantile is not None:
+                delay = window.quantile(self._quantile, now)
+            else:
+                delay = window.tail_start(self._win_share, now)
+            if delay is not None:
+                delay *= self._raise
+        if delay is None:
+            return None
+        return delay if delay > self._floor_s else self._floor_s
+
+    def _learn_from_hedges(self) -> None:
+        fired = self._fired_since
+        if fired < _MIN_HEDGE_EVIDENCE:
+            return  # too few to judge: keep counting
+        share = self._won_since / fired
+        if share < self._win_share / 2:
+            self._raise = min(self._raise * _RAISE_STEP, _MAX_RAISE)
+        elif share >= self._win_share:
+            self._raise = max(self._raise / _RAISE_STEP, 1.0)
+        self._fired_since = self._won_since = 0
+
+
 class HedgeBudget:
     """Each primary request deposits ``ratio`` tokens; a hedge spends one.
 
@@ -108,7 +270,9 @@ class HedgeBudget:
         self._ratio = ratio
         # ~200 requests' worth of deposits (10 hedges at 5%), at least one.
         self._cap = cap if cap is not None else max(1.0, ratio * 200.0)
-        self._tokens = 0.0
+        # Full from the start: a new route's first calls (cold connections, a
+        # cold model) are when a hedge helps most, and the cap bounds them.
+        self._tokens = self._cap
 
     @property
     def tokens(self) -> float:

@@ -209,11 +209,15 @@ class RedisSentinel:
 
 
 class RedisCluster3:
-    """Three masters, no replicas, all 16384 slots assigned."""
+    """Three masters, no replicas, all 16384 slots assigned.
 
-    def __init__(self) -> None:
+    ``node_args`` are extra redis-server arguments for every node.
+    """
+
+    def __init__(self, *node_args: str) -> None:
         self.workdir = Path(tempfile.mkdtemp(prefix="redis-cluster-"))
         self.nodes: list[RedisServer] = []
+        self.node_args = node_args
 
     @property
     def seeds(self) -> list[str]:
@@ -229,6 +233,7 @@ class RedisCluster3:
                 str(self.workdir / f"nodes-{port}.conf"),
                 "--cluster-node-timeout",
                 "2000",
+                *self.node_args,
                 port=port,
                 workdir=self.workdir,
             )

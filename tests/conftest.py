@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -15,13 +16,17 @@ def pytest_report_header() -> str:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
+    # CI names the build it means to test, so a failed compile cannot pass as one.
+    expected = os.environ.get("SAGEMAKER_GATEWAY_EXPECT_BUILD")
+    if expected and build_kind() != expected:
+        pytest.exit(f"expected the {expected} build, found {build_kind()}", returncode=3)
     # An editable install's compiled modules shadow their sources: testing
     # them after an edit would test the old code.
     stale = stale_modules()
     if stale:
         pytest.exit(
             f"compiled modules older than their sources: {', '.join(stale)}; "
-            "run `pip install -e '.[dev]'` again (or install with SAGEMAKER_GATEWAY_PURE=1)",
+            "run `pip install -e '.[dev]'` again (it installs plain Python)",
             returncode=3,
         )
 

@@ -8,7 +8,6 @@ distribution with a tail, fault injection and SigV4 verification.
 
 from gateway.emulator._config import (
     AuthConfig,
-    ConfigError,
     EmulatorConfig,
     EndpointConfig,
     FaultConfig,
@@ -19,6 +18,7 @@ from gateway.emulator._config import (
 )
 from gateway.emulator._emulator import Emulator, EmulatorProcess, main
 from gateway.emulator._stats import EmulatorStats
+from sagemaker_gateway_config import ConfigError
 
 __all__ = [
     "AuthConfig",

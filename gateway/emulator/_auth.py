@@ -1,14 +1,14 @@
 """SigV4 verification of incoming requests, as SageMaker errors.
 
-The verification itself lives in :mod:`gateway._sigv4_verify` (the sidecar
+The verification itself lives in :mod:`gateway._server.sigv4_verify` (the sidecar
 uses it too); this adapter turns its rejections into the emulator's
 :class:`SageMakerError`.
 """
 
 from __future__ import annotations
 
-from gateway._http_server import Request
-from gateway._sigv4_verify import SigV4Rejected, SigV4Verifier
+from gateway._server.http import Request
+from gateway._server.sigv4_verify import LocalHosts, SigV4Rejected, SigV4Verifier
 from gateway.emulator._config import AuthConfig
 from gateway.emulator._errors import SageMakerError
 
@@ -16,9 +16,15 @@ __all__ = ["SignatureVerifier"]
 
 
 class SignatureVerifier:
-    def __init__(self, config: AuthConfig) -> None:
+    """Signatures for ``region`` (when given) and for a Host naming this machine."""
+
+    def __init__(self, config: AuthConfig, region: str | None = None) -> None:
         self._verifier = SigV4Verifier(
-            config.credentials, required=config.required, max_skew_s=config.max_skew_s
+            config.credentials,
+            required=config.required,
+            max_skew_s=config.max_skew_s,
+            region=region,
+            hosts=LocalHosts(config.hosts),
         )
 
     def verify(self, request: Request) -> None:

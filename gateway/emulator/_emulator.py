@@ -5,34 +5,88 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hmac
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 
-from gateway import _process as child_process
-from gateway._http_server import Server, ServerLimits, start_server
+from gateway._server import processes as child_process
+from gateway._server.address import is_loopback, parse_listen
+from gateway._server.http import (
+    Handler,
+    Request,
+    Response,
+    Server,
+    ServerLimits,
+    StreamingResponse,
+    start_server,
+)
 from gateway.emulator._config import (
-    ConfigError,
     EmulatorConfig,
     FaultConfig,
     LatencyConfig,
-    MmeConfig,
 )
-from gateway.emulator._service import EmulatorService
+from gateway.emulator._service import EmulatorService, RecordedRequest
 from gateway.emulator._stats import EmulatorStats
+from sagemaker_gateway_config import ConfigError, to_table
 
 __all__ = ["Emulator", "EmulatorProcess", "main"]
 
 ConfigSource = EmulatorConfig | Mapping[str, Any] | str | Path | None
+
+# The control token for remote callers of /_emulator/*, read by the command.
+CONTROL_TOKEN_ENV = "SAGEMAKER_EMULATOR_CONTROL_TOKEN"
+_CONTROL_PREFIX = "/_emulator/"
+
+
+def _check_bind(host: str, allow_remote: bool) -> None:
+    if not allow_remote and not is_loopback(host):
+        raise ConfigError(
+            f"refusing to listen on {host!r}: the emulator accepts any signature and its "
+            "control API changes faults; bind to 127.0.0.1 / ::1, or pass --allow-remote "
+            "(Emulator(..., allow_remote=True))"
+        )
+
+
+class _ControlGate:
+    """The control API (``/_emulator/*``) for loopback callers, or with the token.
+
+    Only installed when the emulator listens beyond loopback: then a remote
+    caller needs ``Authorization: Bearer <control token>``; with no token
+    configured, control stays loopback-only.
+    """
+
+    __slots__ = ("_expected", "_handle")
+
+    def __init__(self, handle: Handler, token: str | None) -> None:
+        self._handle = handle
+        self._expected = f"Bearer {token}".encode() if token else None
+
+    async def __call__(self, request: Request) -> Response | StreamingResponse:
+        if request.path.startswith(_CONTROL_PREFIX) and not self._allowed(request):
+            return Response(
+                403,
+                (("Content-Type", "application/json"),),
+                b'{"message":"the emulator control API needs a loopback caller or the '
+                b'control token"}',
+            )
+        return await self._handle(request)
+
+    def _allowed(self, request: Request) -> bool:
+        if request.client is not None and is_loopback(request.client[0]):
+            return True
+        given = request.headers.get("authorization")
+        if self._expected is None or given is None:
+            return False
+        return hmac.compare_digest(given.encode("latin-1"), self._expected)
 
 
 def load_config(source: ConfigSource) -> EmulatorConfig:
@@ -68,9 +122,13 @@ class Emulator:
         port: int = 0,
         *,
         limits: ServerLimits | None = None,
+        allow_remote: bool = False,
+        control_token: str | None = None,
     ) -> None:
+        _check_bind(host, allow_remote)
         self.config = load_config(config)
         self._host = host
+        self._control_token = control_token
         self._requested_port = port
         self._limits = limits or ServerLimits(
             max_body_size=self.config.max_body_size, server_header=None
@@ -81,6 +139,11 @@ class Emulator:
     @property
     def stats(self) -> EmulatorStats:
         return self._service.stats
+
+    @property
+    def recorded(self) -> list[RecordedRequest]:
+        """The latest SageMaker Runtime requests as they arrived, oldest first."""
+        return list(self._service.recorded)
 
     @property
     def port(self) -> int:
@@ -94,8 +157,11 @@ class Emulator:
         return f"http://{host}:{self.port}"
 
     async def start(self) -> Emulator:
+        handler: Handler = self._service.handle
+        if not is_loopback(self._host):
+            handler = _ControlGate(handler, self._control_token)
         self._server = await start_server(
-            self._service.handle, self._host, self._requested_port, limits=self._limits
+            handler, self._host, self._requested_port, limits=self._limits
         )
         return self
 
@@ -117,7 +183,7 @@ class Emulator:
         """Change fault injection now, e.g. ``set_faults("echo", reset_rate=1.0)``.
 
         Keys: error_rates (dict code -> rate), reset_rate, stall_rate, stall_ms,
-        stream_error_rate; those not given keep their current values.
+        stream_error_rate, stream_error_code; those not given keep their current values.
         """
         return self._service.set_faults(endpoint, changes)
 
@@ -136,26 +202,51 @@ class Emulator:
 
     @staticmethod
     def start_subprocess(
-        config: ConfigSource = None, host: str = "127.0.0.1", port: int = 0
+        config: ConfigSource = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        allow_remote: bool = False,
+        control_token: str | None = None,
     ) -> EmulatorProcess:
         """Run an emulator in a child process (its own event loop and core)."""
-        return EmulatorProcess.start(config, host, port)
+        return EmulatorProcess.start(config, host, port, allow_remote, control_token)
 
 
 class EmulatorProcess:
     """Handle on an emulator child process: ``url``, ``stats()``, controls, ``stop()``."""
 
-    def __init__(self, process: subprocess.Popen[bytes], url: str, config_file: str | None) -> None:
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes],
+        url: str,
+        config_file: str | None,
+        control_token: str | None = None,
+    ) -> None:
         self.process = process
         self.url = url
         self.port = int(url.rsplit(":", 1)[1])
         self._config_file = config_file
-        self._client = httpx.Client(base_url=url, timeout=10.0)
+        headers = {"authorization": f"Bearer {control_token}"} if control_token else {}
+        self._client = httpx.Client(base_url=url, timeout=10.0, headers=headers)
 
     @classmethod
-    def start(cls, config: ConfigSource, host: str, port: int) -> EmulatorProcess:
+    def start(
+        cls,
+        config: ConfigSource,
+        host: str,
+        port: int,
+        allow_remote: bool = False,
+        control_token: str | None = None,
+    ) -> EmulatorProcess:
+        _check_bind(host, allow_remote)
         config_file: str | None = None
         command = [sys.executable, "-m", "gateway.emulator", "--listen", f"{host}:{port}"]
+        if allow_remote:
+            command.append("--allow-remote")
+        env = {**os.environ}
+        if control_token:
+            env[CONTROL_TOKEN_ENV] = control_token
         if isinstance(config, str | Path):
             command += ["--config", str(config)]
         elif config is not None:
@@ -164,7 +255,7 @@ class EmulatorProcess:
             with os.fdopen(descriptor, "wb") as file:
                 file.write(orjson.dumps(data, default=_json_default))
             command += ["--config", config_file]
-        process = child_process.start(command)
+        process = child_process.start(command, env=env)
         try:
             url = child_process.read_ready_line(
                 process, "emulator listening on ", "emulator", timeout=20.0
@@ -174,7 +265,7 @@ class EmulatorProcess:
             if config_file:
                 os.unlink(config_file)
             raise
-        return cls(process, url, config_file)
+        return cls(process, url, config_file, control_token)
 
     def stats(self) -> EmulatorStats:
         response = self._client.get("/_emulator/stats")
@@ -220,65 +311,23 @@ def _json_default(value: object) -> object:
 
 def _config_as_dict(config: EmulatorConfig) -> dict[str, Any]:
     """Back to the dict shape ``from_dict`` reads."""
-    endpoints: dict[str, Any] = {}
-    for name, endpoint in config.endpoints.items():
-        spec = endpoint.model
-        model = {
-            **spec.options,
-            "type": spec.type,
-            "body": spec.body.decode(),
-            "content_type": spec.content_type,
-            "url": spec.url,
-            "timeout_s": spec.timeout_s,
-        }
-        item: dict[str, Any] = {
-            "model": model,
-            "variants": [{"name": v.name, "weight": v.weight} for v in endpoint.variants],
-            "latency": _fields(endpoint.latency),
-            "faults": {
-                **_fields(endpoint.faults),
-                "error_rates": dict(endpoint.faults.error_rates),
-            },
-            "stream_parts": endpoint.stream_parts,
-            "stream_interval_ms": endpoint.stream_interval_ms,
-        }
-        if endpoint.mme is not None:
-            item["mme"] = {**_fields(endpoint.mme), "models": list(endpoint.mme.models)}
-        endpoints[name] = item
-    return {
-        "endpoints": endpoints,
-        "auth": {
-            "credentials": dict(config.auth.credentials),
-            "required": config.auth.required,
-            "max_skew_s": config.auth.max_skew_s,
-        },
-        **({"seed": config.seed} if config.seed is not None else {}),
-        "account_id": config.account_id,
-        "region": config.region,
-        "max_body_size": config.max_body_size,
-    }
-
-
-def _fields(config: MmeConfig | LatencyConfig | FaultConfig) -> dict[str, Any]:
-    return asdict(config)
+    table = to_table(config)
+    for endpoint in table["endpoints"].values():
+        model = endpoint["model"]
+        # The model's table as given (an xgboost model's own keys), under the checked keys.
+        endpoint["model"] = {**model.pop("options"), **model}
+    return table
 
 
 # -- command line -----------------------------------------------------------
 
 
-def _parse_listen(value: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit():
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value!r}")
-    return host.strip("[]") or "127.0.0.1", int(port)
-
-
-async def _serve(config: EmulatorConfig, host: str, port: int) -> None:
+async def _serve(emulator: Emulator) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    async with Emulator(config, host, port) as emulator:
+    async with emulator:
         print(f"emulator listening on {emulator.url}", flush=True)
         await stop.wait()
 
@@ -287,21 +336,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m gateway emulator", description="A local SageMaker Runtime."
     )
-    parser.add_argument(
-        "--listen", type=_parse_listen, default=("127.0.0.1", 8080), help="HOST:PORT"
-    )
+    parser.add_argument("--listen", default="127.0.0.1:8080", help="HOST:PORT")
     parser.add_argument("--config", help="a TOML (or JSON) file; default: the built-in endpoints")
+    parser.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="listen on a non-loopback address (control API: loopback callers, or "
+        f"the token in ${CONTROL_TOKEN_ENV})",
+    )
     args = parser.parse_args(list(argv) if argv is not None else None)
     try:
-        config = load_config(args.config)
+        host, port = parse_listen(args.listen)
+        emulator = Emulator(
+            load_config(args.config),
+            host,
+            port,
+            allow_remote=args.allow_remote,
+            control_token=os.environ.get(CONTROL_TOKEN_ENV) or None,
+        )
     except (ConfigError, OSError) as exc:
         print(f"emulator: {exc}", file=sys.stderr)
         return 2
-    host, port = args.listen
     try:
         import uvloop
     except ImportError:
-        asyncio.run(_serve(config, host, port))
+        asyncio.run(_serve(emulator))
     else:
-        uvloop.run(_serve(config, host, port))
+        uvloop.run(_serve(emulator))
     return 0

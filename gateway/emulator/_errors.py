@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import orjson
 
-from gateway._http_server import Response
+from gateway._server.http import Response
 
 __all__ = ["SageMakerError", "error_response"]
 
@@ -37,6 +37,20 @@ STATUS_BY_CODE: dict[str, int] = {
     "InternalFailure": 500,
     "ServiceUnavailable": 503,
     "InternalDependencyException": 530,
+}
+
+# Errors that fault injection may produce ([endpoints.<name>.faults] error_rates).
+ERROR_CODES: dict[str, int] = {
+    code: STATUS_BY_CODE[code]
+    for code in (
+        "ValidationError",
+        "ThrottlingException",
+        "ModelError",
+        "ModelNotReadyException",
+        "InternalFailure",
+        "ServiceUnavailable",
+        "InternalDependencyException",
+    )
 }
 
 

@@ -130,7 +130,7 @@ def build_model(config: ModelConfig) -> Model:
     if config.type == "xgboost":
         return XGBoostModel(dict(config.options))
     if config.type == "container":
-        return ContainerModel(config.url, config.timeout_s)
+        return ContainerModel(config.url or "", config.timeout_s)
     return EchoModel()
 
 

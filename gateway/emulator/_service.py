@@ -6,6 +6,7 @@ import asyncio
 import random
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import asdict, dataclass
 from itertools import accumulate
@@ -13,24 +14,29 @@ from typing import Any
 
 import orjson
 
-from gateway._eventstream import encode_payload_part, model_stream_error
-from gateway._http_server import AbortConnection, Request, Response, StreamingResponse
+from gateway._api import INVOKE, INVOKE_ASYNC, INVOKE_STREAM, Member, Operation
+from gateway._aws.eventstream import encode_payload_part, model_stream_error
+from gateway._server.http import AbortConnection, Request, Response, StreamingResponse
 from gateway.emulator._auth import SignatureVerifier
 from gateway.emulator._config import (
     EmulatorConfig,
     EndpointConfig,
     FaultConfig,
     LatencyConfig,
-    faults_from_dict,
-    latency_from_dict,
 )
 from gateway.emulator._errors import SageMakerError, error_response
 from gateway.emulator._models import Model, ModelCache, ModelFailure, build_model
 from gateway.emulator._stats import EmulatorStats
+from sagemaker_gateway_config import read
 
-__all__ = ["EmulatorService"]
+__all__ = ["CLOSE_SESSION", "EmulatorService", "RecordedRequest"]
 
 _SESSION_TTL_S = 20 * 60
+# The CustomAttributes token that asks the emulated container to end the session.
+CLOSE_SESSION = "close-session"
+# Requests kept for inspection (``recorded``, ``GET /_emulator/requests``).
+_RECORDED = 256
+_MAX_ASYNC_BODY = INVOKE_ASYNC.by_name["Body"].max_length or 128_000
 _STREAM_CONTENT_TYPE = "application/vnd.amazon.eventstream"
 
 _INJECTED_MESSAGES = {
@@ -43,6 +49,24 @@ _INJECTED_MESSAGES = {
     "InternalDependencyException": "Your request caused an exception with an internal "
     "dependency. Contact customer support.",
 }
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedRequest:
+    """One SageMaker Runtime request as it arrived: what a test compares across clients."""
+
+    method: str
+    path: str
+    headers: tuple[tuple[str, str], ...]  # lower-case names, in arrival order
+    body: bytes
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "method": self.method,
+            "path": self.path,
+            "headers": [list(pair) for pair in self.headers],
+            "body": self.body.decode("latin-1"),
+        }
 
 
 @dataclass(slots=True)
@@ -124,12 +148,13 @@ class EmulatorService:
     def __init__(self, config: EmulatorConfig) -> None:
         self.config = config
         self.stats = EmulatorStats()
-        self._verifier = SignatureVerifier(config.auth)
+        self._verifier = SignatureVerifier(config.auth, config.region)
         self._endpoints = {
             name: _EndpointState(endpoint, config.seed, self.stats)
             for name, endpoint in config.endpoints.items()
         }
         self._sessions: dict[str, float] = {}
+        self.recorded: deque[RecordedRequest] = deque(maxlen=_RECORDED)
         self._output_bucket = f"s3://sagemaker-emulator-{config.region}-{config.account_id}"
 
     async def close(self) -> None:
@@ -149,13 +174,13 @@ class EmulatorService:
     def set_faults(self, endpoint: str, changes: Mapping[str, Any]) -> FaultConfig:
         state = self.endpoint(endpoint)
         merged = {**_as_dict(state.faults), **changes}
-        state.faults = faults_from_dict(merged, f"faults[{endpoint}]")
+        state.faults = read(FaultConfig, merged, f"faults[{endpoint}]")
         return state.faults
 
     def set_latency(self, endpoint: str, changes: Mapping[str, Any]) -> LatencyConfig:
         state = self.endpoint(endpoint)
         merged = {**_as_dict(state.latency), **changes}
-        state.latency = latency_from_dict(merged, f"latency[{endpoint}]")
+        state.latency = read(LatencyConfig, merged, f"latency[{endpoint}]")
         return state.latency
 
     def restore(self, endpoint: str | None = None) -> None:
@@ -173,6 +198,9 @@ class EmulatorService:
         endpoint_name = ""
         try:
             if path.startswith("/endpoints/"):
+                self.recorded.append(
+                    RecordedRequest(request.method, path, tuple(request.header_pairs), request.body)
+                )
                 endpoint_name, _, action = path[11:].partition("/")
                 if request.method == "POST":
                     if action == "invocations":
@@ -190,8 +218,11 @@ class EmulatorService:
             self.stats.errors[(endpoint_name, error.code)] += 1
             return error_response(error, request_id)
 
-    def _resolve(self, request: Request, endpoint_name: str, request_id: str) -> _Invocation:
+    def _resolve(
+        self, request: Request, endpoint_name: str, request_id: str, operation: Operation
+    ) -> _Invocation:
         self._verifier.verify(request)
+        _check_members(operation, request.headers)
         state = self._endpoints.get(endpoint_name)
         if state is None:
             raise SageMakerError(
@@ -274,6 +305,14 @@ class EmulatorService:
         except ModelFailure as failure:
             raise self._model_error(state.name, failure) from None
 
+    def _close_session(self, session_id: str | None, custom_attributes: str | None) -> bool:
+        """True if the call asked to end its (existing) session, which then ends."""
+        if session_id is None or session_id == "NEW_SESSION" or custom_attributes is None:
+            return False
+        if CLOSE_SESSION not in custom_attributes.split(","):
+            return False
+        return self._sessions.pop(session_id, None) is not None
+
     def _session_header(self, session_id: str | None, allow_new: bool) -> str | None:
         if session_id is None:
             return None
@@ -292,7 +331,7 @@ class EmulatorService:
         return None
 
     async def _invoke(self, request: Request, endpoint_name: str, request_id: str) -> Response:
-        invocation = self._resolve(request, endpoint_name, request_id)
+        invocation = self._resolve(request, endpoint_name, request_id, INVOKE)
         headers = request.headers
         new_session = self._session_header(headers.get("x-amzn-sagemaker-session-id"), True)
         cold = await self._prepare(invocation)
@@ -304,6 +343,9 @@ class EmulatorService:
         response_headers.append(("Content-Type", answer_type))
         if new_session is not None:
             response_headers.append(("X-Amzn-SageMaker-New-Session-Id", new_session))
+        session_id = headers.get("x-amzn-sagemaker-session-id")
+        if self._close_session(session_id, headers.get("x-amzn-sagemaker-custom-attributes")):
+            response_headers.append(("X-Amzn-SageMaker-Closed-Session-Id", str(session_id)))
         if cold:
             response_headers.append(("x-emulator-cold-load", "1"))
         return Response(200, response_headers, body)
@@ -311,7 +353,7 @@ class EmulatorService:
     async def _invoke_stream(
         self, request: Request, endpoint_name: str, request_id: str
     ) -> StreamingResponse:
-        invocation = self._resolve(request, endpoint_name, request_id)
+        invocation = self._resolve(request, endpoint_name, request_id, INVOKE_STREAM)
         headers = request.headers
         self._session_header(headers.get("x-amzn-sagemaker-session-id"), False)
         state = invocation.endpoint
@@ -332,38 +374,53 @@ class EmulatorService:
         if cold:
             response_headers.append(("x-emulator-cold-load", "1"))
         parts = _split(body, state.config.stream_parts)
-        events = _stream_events(parts, state.config.stream_interval_ms / 1000, fail_midway)
+        error_code = state.faults.stream_error_code if fail_midway else None
+        events = _stream_events(parts, state.config.stream_interval_ms / 1000, error_code)
         return StreamingResponse(events, 200, response_headers)
 
     def _invoke_async(self, request: Request, endpoint_name: str, request_id: str) -> Response:
         self._verifier.verify(request)
+        _check_members(INVOKE_ASYNC, request.headers)
         if endpoint_name not in self._endpoints:
             raise SageMakerError(
                 "ValidationError",
                 f"Endpoint {endpoint_name} of account {self.config.account_id} not found.",
             )
         headers = request.headers
-        if not headers.get("x-amzn-sagemaker-inputlocation"):
-            raise SageMakerError("ValidationError", "InputLocation is required.")
+        if not headers.get("x-amzn-sagemaker-inputlocation") and not request.body:
+            raise SageMakerError("ValidationError", "InputLocation or Body is required.")
+        if len(request.body) > _MAX_ASYNC_BODY:
+            raise SageMakerError(
+                "ValidationError",
+                f"Body of {len(request.body)} bytes exceeds the limit of {_MAX_ASYNC_BODY}.",
+            )
         inference_id = headers.get("x-amzn-sagemaker-inference-id") or str(uuid.uuid4())
         self.stats.async_invocations[endpoint_name] += 1
-        prefix = self._output_bucket
+        output, failure = self._async_locations(headers, endpoint_name, inference_id)
         return Response(
             202,
             (
                 ("Content-Type", "application/json"),
                 ("x-amzn-RequestId", request_id),
-                (
-                    "X-Amzn-SageMaker-OutputLocation",
-                    f"{prefix}/async-endpoint-outputs/{endpoint_name}/{inference_id}.out",
-                ),
-                (
-                    "X-Amzn-SageMaker-FailureLocation",
-                    f"{prefix}/async-endpoint-failures/{endpoint_name}/{inference_id}-error.out",
-                ),
+                ("X-Amzn-SageMaker-OutputLocation", output),
+                ("X-Amzn-SageMaker-FailureLocation", failure),
             ),
             orjson.dumps({"InferenceId": inference_id}),
         )
+
+    def _async_locations(
+        self, headers: Mapping[str, str], endpoint_name: str, inference_id: str
+    ) -> tuple[str, str]:
+        """Where the output and a failure go: S3OutputPathExtension and Filename shape the key."""
+        extension = headers.get("x-amzn-sagemaker-s3outputpathextension")
+        filename = headers.get("x-amzn-sagemaker-filename")
+        prefix = self._output_bucket
+        output_dir = f"{prefix}/async-endpoint-outputs/{endpoint_name}"
+        if extension:
+            output_dir = f"{output_dir}/{extension.strip('/')}"
+        output_name = filename or f"{inference_id}.out"
+        failure = f"{prefix}/async-endpoint-failures/{endpoint_name}/{inference_id}-error.out"
+        return f"{output_dir}/{output_name}", failure
 
     # -- control over HTTP (for an emulator in another process) -------------
 
@@ -372,6 +429,8 @@ class EmulatorService:
         try:
             if action == "stats" and request.method == "GET":
                 return _json_response(self.stats.snapshot())
+            if action == "requests" and request.method == "GET":
+                return _json_response([recorded.as_dict() for recorded in self.recorded])
             if action == "stats/reset" and request.method == "POST":
                 self.stats.reset()
                 return _json_response({})
@@ -390,6 +449,38 @@ class EmulatorService:
         return _json_response({"message": "unknown control action"}, 404)
 
 
+def _check_members(operation: Operation, headers: Mapping[str, str]) -> None:
+    """SageMaker's validation of the request's header members against the model's bounds."""
+    for member in operation.headers:
+        value = headers.get(member.header)
+        if value is not None:
+            problem = _member_problem(member, value)
+            if problem is not None:
+                raise SageMakerError(
+                    "ValidationError",
+                    f"1 validation error detected: Value '{value[:64]}' at "
+                    f"'{member.name[0].lower()}{member.name[1:]}' failed to satisfy "
+                    f"constraint: {problem}",
+                )
+
+
+def _member_problem(member: Member, value: str) -> str | None:
+    if member.kind == "integer":
+        if not value.lstrip("-").isdigit():
+            return "Member must be an integer"
+        number = int(value)
+        if number < member.min_length:
+            return f"Member must have value greater than or equal to {member.min_length}"
+        if member.max_length is not None and number > member.max_length:
+            return f"Member must have value less than or equal to {member.max_length}"
+        return None
+    if len(value) < member.min_length:
+        return f"Member must have length greater than or equal to {member.min_length}"
+    if member.max_length is not None and len(value) > member.max_length:
+        return f"Member must have length less than or equal to {member.max_length}"
+    return None
+
+
 def _as_dict(config: FaultConfig | LatencyConfig) -> dict[str, Any]:
     return asdict(config)
 
@@ -406,16 +497,17 @@ def _split(body: bytes, parts: int) -> list[bytes]:
 
 
 async def _stream_events(
-    parts: list[bytes], interval_s: float, fail_midway: bool
+    parts: list[bytes], interval_s: float, error_code: str | None
 ) -> AsyncIterator[bytes]:
+    """The payload parts; with an ``error_code``, a ModelStreamError after the first."""
     for index, part in enumerate(parts):
         if index and interval_s:
             await asyncio.sleep(interval_s)
-        if fail_midway and index == 1:
+        if error_code is not None and index == 1:
             break
         yield encode_payload_part(part)
-    if fail_midway:
+    if error_code is not None:
         yield model_stream_error(
             "Model response was interrupted: the connection to the model was reset.",
-            "StreamBroken",
+            error_code,
         )

@@ -223,7 +223,9 @@ class MicroBatcher(Generic[Result]):
         try:
             # The scorer gets the timeout, but is not trusted to honour it.
             async with asyncio.timeout_at(last):
-                scores = await self._score_batch(batch, last - loop.time())
+                # A late loop turn can put the deadline just behind us: a zero
+                # timeout fails as a timeout, a negative one as a bad request.
+                scores = await self._score_batch(batch, max(0.0, last - loop.time()))
             if len(scores) != len(batch):
                 raise ValueError(f"{len(scores)} scores for {len(batch)} rows")
         except asyncio.CancelledError:

@@ -29,6 +29,12 @@ _TABLET_MARKERS: Final = ("ipad", "tablet", "kindle", "silk/", "sm-t", "tab ")
 _MOBILE_MARKERS: Final = ("iphone", "mobile", "android", "ipod", "windows phone")
 _DESKTOP_MARKERS: Final = ("windows nt", "macintosh", "x11", "cros", "linux x86_64")
 
+# Only this many leading characters are looked at. Real user agents are
+# a few hundred characters and every marker sits early in them; a longer one
+# is hostile or broken, and must cost neither CPU nor memory in proportion.
+MAX_UA_CHARS: Final = 512
+# The memo holds at most this many keys of at most MAX_UA_CHARS each: about
+# 4096 x (512 + overhead) bytes, ~2.5 MiB however the traffic varies.
 _CACHE_LIMIT: Final = 4096
 _cache: dict[str, int] = {}
 
@@ -40,6 +46,8 @@ def device_class(value: str | int | None) -> int:
     if type(value) is int:
         return _DEVICETYPE_CLASS.get(value, UNKNOWN)
     ua = value if type(value) is str else str(value)  # str() of a str still costs a call
+    if len(ua) > MAX_UA_CHARS:
+        ua = ua[:MAX_UA_CHARS]
     cached = _cache.get(ua)
     if cached is None:
         cached = _classify(ua.lower())

@@ -4,15 +4,17 @@ It stands behind the RTB proxy where a real ad server would: every OpenRTB
 bid request it receives gets one bid, priced a little above the first
 impression's floor. ``status`` makes it answer something else (204 no bid,
 500), to exercise the proxy's handling of a bidder that passes or fails.
+A gzipped request (``Content-Encoding: gzip``) is read inflated.
 """
 
 from __future__ import annotations
 
+import gzip
 from typing import Any
 
 import orjson
 
-from gateway._http_server import Request, Response, Server, start_server
+from gateway._server.http import Request, Response, Server, start_server
 
 __all__ = ["ToyBidder"]
 
@@ -57,7 +59,10 @@ class ToyBidder:
             self.received.append(request)
         if self.status != 200:
             return Response(self.status)
-        return Response(200, _JSON, orjson.dumps(bid_for(orjson.loads(request.body))))
+        body = request.body
+        if request.headers.get("content-encoding") == "gzip":
+            body = gzip.decompress(body)
+        return Response(200, _JSON, orjson.dumps(bid_for(orjson.loads(body))))
 
 
 def bid_for(request: dict[str, Any]) -> dict[str, Any]:

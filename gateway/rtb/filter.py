@@ -42,6 +42,7 @@ from gateway.rtb._batcher import Batch, BatchCounters, MicroBatcher
 from gateway.rtb.features import FeatureSpec, load_bundled_spec
 from gateway.rtb.request import BidRequest, parse_record, record_index, record_view
 from gateway.rtb.xgb import BUNDLED_MODEL_PATH, XGBoostModel
+from sagemaker_gateway_config import section, setting
 
 __all__ = [
     "SEGMENT_DIMENSIONS",
@@ -114,7 +115,14 @@ def _segment_value(request: BidRequest, dimension: str) -> str | None:
     return str(device.devicetype) if device.devicetype is not None else None
 
 
-@dataclass(frozen=True, slots=True)
+def _dimensions(segments: Mapping[str, object]) -> None:
+    unknown = sorted(set(segments) - set(SEGMENT_DIMENSIONS))
+    if unknown:
+        allowed = ", ".join(SEGMENT_DIMENSIONS)
+        raise ValueError(f"unknown segment dimension {unknown[0]!r} (allowed: {allowed})")
+
+
+@section("rtb")
 class FilterPolicy:
     """Keep/drop rules.
 
@@ -127,23 +135,14 @@ class FilterPolicy:
     `shadow` scores and records but never drops.
     """
 
-    threshold: float = 0.01
-    route_thresholds: Mapping[str, float] = field(default_factory=dict)
-    segment_thresholds: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
-    explore_share: float = 0.0
+    threshold: float = setting(default=0.01, ge=0, le=1)
+    route_thresholds: Mapping[str, float] = setting(factory=dict, ge=0, le=1)
+    segment_thresholds: Mapping[str, Mapping[str, float]] = setting(
+        factory=dict, ge=0, le=1, check=_dimensions
+    )
+    explore_share: float = setting(default=0.0, ge=0, le=1)
     shadow: bool = False
-    seed: int | None = None
-
-    def __post_init__(self) -> None:
-        unknown = set(self.segment_thresholds) - set(SEGMENT_DIMENSIONS)
-        if unknown:
-            raise ValueError(f"unknown segment dimensions {sorted(unknown)}")
-        thresholds = [self.threshold, *self.route_thresholds.values()]
-        thresholds += [t for seg in self.segment_thresholds.values() for t in seg.values()]
-        if not all(0.0 <= t <= 1.0 for t in thresholds):
-            raise ValueError("thresholds must be within [0, 1]")
-        if not 0.0 <= self.explore_share <= 1.0:
-            raise ValueError("explore_share must be within [0, 1]")
+    seed: int | None = setting(default=None, ge=0)
 
     def threshold_for(self, request: BidRequest | None, route: str | None = None) -> float:
         """The threshold that applies to `request` (sent on `route`).
@@ -184,9 +183,12 @@ class BidFilter:
     """Library entry point of the RTB pre-filter.
 
     Deadline per request: `budget` if given, else the request's `tmax` less
-    `tmax_margin` (the part of the auction left to the bidder itself), else
-    `default_budget`. No request is held past it: the batch is flushed early
-    for deadline-near requests, and unanswered ones fail open.
+    a margin (the part of the auction left to the bidder itself), else
+    `default_budget`. The margin is `tmax_margin`, but at most
+    `tmax_margin_share` of `tmax`, so a short auction (`tmax` 30 ms, say)
+    is still scored in what the share leaves, not failed open unscored. No
+    request is held past its deadline: the batch is flushed early for
+    deadline-near requests, and unanswered ones fail open.
 
     Batching: at most `max_batch` rows a scoring call; a batch goes at the
     end of the loop turn in which it reaches `min_batch` rows, else when its
@@ -211,6 +213,7 @@ class BidFilter:
         call_time: float = 0.002,
         default_budget: float = 0.020,
         tmax_margin: float = 0.050,
+        tmax_margin_share: float = 0.5,
         cache: ScoreCache | None = None,
         model_version: str | None = None,
         cache_timeout: float = 0.005,
@@ -235,7 +238,10 @@ class BidFilter:
             self._invoke = functools.partial(invoke, cache=False)
         self._policy = policy if policy is not None else FilterPolicy()
         self._default_budget = default_budget
+        if not 0.0 <= tmax_margin_share < 1.0:
+            raise ValueError("tmax_margin_share must be within [0, 1)")
         self._tmax_margin = tmax_margin
+        self._tmax_margin_share = tmax_margin_share
         self._rng = random.Random(self._policy.seed)
         self._counts = FilterStats()
         self._batch_counters = BatchCounters()
@@ -273,6 +279,14 @@ class BidFilter:
         snapshot.batch_sizes = dict(counters.batch_sizes)
         return snapshot
 
+    def budget_for(self, tmax_ms: int | float | None) -> float:
+        """Seconds a request with this ``tmax`` (ms; 0 or None: absent) may spend scoring."""
+        if not tmax_ms:
+            return self._default_budget
+        tmax = tmax_ms / 1000.0
+        share = tmax * self._tmax_margin_share
+        return tmax - (self._tmax_margin if self._tmax_margin < share else share)
+
     def submit(
         self,
         request: BidRequest | bytes,
@@ -302,7 +316,7 @@ class BidFilter:
             tmax = record[_TMAX]
             view = record_view(record) if segmented else None
         if budget is None:
-            budget = tmax / 1000.0 - self._tmax_margin if tmax else self._default_budget
+            budget = self.budget_for(tmax)
         if route is None and not segmented:
             threshold = policy.threshold
         else:

@@ -8,6 +8,7 @@ task, no copy of the body.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -15,16 +16,30 @@ from typing import Any
 from urllib.parse import unquote
 
 import orjson
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    generate_latest,
+)
 
 from gateway import errors
+from gateway._api import INVOKE, INVOKE_ASYNC, INVOKE_STREAM, InvokeResult, Operation
+from gateway._aws.eventstream import (
+    encode_exception,
+    encode_payload_part,
+    internal_stream_failure,
+    model_stream_error,
+)
 from gateway._client import Gateway
-from gateway._eventstream import encode_payload_part, internal_stream_failure, model_stream_error
-from gateway._http_server import Request, Response, StreamingResponse
-from gateway._wire import InvokeResult
+from gateway._server.http import Request, Response, StreamingResponse
+from gateway._tracing import ServerTracing, gateway_tracer, trace_id_of_traceparent
 from gateway.sidecar._auth import Authenticator, SigV4Rejected
 from gateway.sidecar._config import SidecarConfig
 from gateway.sidecar._errors import error_response, gateway_error_response, new_request_id
+from gateway.sidecar._logging import AccessLog
 from gateway.sidecar._metrics import SidecarMetrics
 from gateway.sidecar._rtb import RtbProxy
 
@@ -36,44 +51,18 @@ logger = logging.getLogger("gateway.sidecar")
 # give this call its own deadline, in milliseconds.
 TIMEOUT_HEADER = "x-gateway-timeout-ms"
 
-# Request header (lower-case) -> Gateway keyword argument, per operation.
-_COMMON = {
-    "x-amzn-sagemaker-custom-attributes": "custom_attributes",
-    "x-amzn-sagemaker-inference-id": "inference_id",
-    TIMEOUT_HEADER: "timeout",
-}
-_INVOKE_ARGS: dict[str, str] = {
-    **_COMMON,
-    "content-type": "content_type",
-    "accept": "accept",
-    "x-amzn-sagemaker-target-model": "target_model",
-    "x-amzn-sagemaker-target-variant": "target_variant",
-    "x-amzn-sagemaker-target-container-hostname": "target_container_hostname",
-    "x-amzn-sagemaker-enable-explanations": "enable_explanations",
-    "x-amzn-sagemaker-inference-component": "inference_component",
-    "x-amzn-sagemaker-session-id": "session_id",
-    # "Cache-Control: no-cache" (or no-store) skips the prediction cache.
-    "cache-control": "cache",
-}
-_STREAM_ARGS: dict[str, str] = {
-    **_COMMON,
-    "content-type": "content_type",
-    # The stream API carries Accept in its own header.
-    "x-amzn-sagemaker-accept": "accept",
-    "x-amzn-sagemaker-target-variant": "target_variant",
-    "x-amzn-sagemaker-target-container-hostname": "target_container_hostname",
-    "x-amzn-sagemaker-inference-component": "inference_component",
-    "x-amzn-sagemaker-session-id": "session_id",
-}
-_ASYNC_ARGS: dict[str, str] = {
-    **_COMMON,
-    "x-amzn-sagemaker-content-type": "content_type",
-    "x-amzn-sagemaker-accept": "accept",
-    "x-amzn-sagemaker-inputlocation": "input_location",
-    "x-amzn-sagemaker-requestttlseconds": "request_ttl_seconds",
-    "x-amzn-sagemaker-invocationtimeoutseconds": "invocation_timeout_seconds",
-}
-_INTEGER_ARGS = ("request_ttl_seconds", "invocation_timeout_seconds")
+
+def _argument_table(operation: Operation, **extra: str) -> dict[str, str]:
+    """Request header (lower-case) -> Gateway keyword, from the SageMaker vocabulary."""
+    return {**{m.header: m.keyword for m in operation.headers}, TIMEOUT_HEADER: "timeout", **extra}
+
+
+# "Cache-Control: no-cache" (or no-store) skips the prediction cache.
+_INVOKE_ARGS = _argument_table(INVOKE, **{"cache-control": "cache"})
+_STREAM_ARGS = _argument_table(INVOKE_STREAM)
+_ASYNC_ARGS = _argument_table(INVOKE_ASYNC)
+_INTEGER_ARGS = tuple(m.keyword for m in INVOKE_ASYNC.headers if m.kind == "integer")
+_SAGEMAKER_PREFIX = "x-amzn-sagemaker-"
 
 _INVOKE, _STREAM, _ASYNC = "invoke", "stream", "async"
 _ACTIONS = {
@@ -107,16 +96,34 @@ class SidecarApp:
             config.default_timeout_ms / 1000 if config.default_timeout_ms is not None else None
         )
         self._authenticate = authenticate
+        self._metrics_auth = authenticate if config.metrics_auth else None
         self.in_flight = 0
         self.started = False
-        self.metrics = SidecarMetrics(lambda: self.in_flight)
+        self.metrics = SidecarMetrics(lambda: self.in_flight, config.metrics_label_cap)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.metrics)
         if rtb is not None:
             self.registry.register(rtb.metrics)
+        enable_metrics = getattr(gateway, "enable_metrics", None)
+        if callable(enable_metrics):
+            enable_metrics(config.metrics_label_cap)
         collector_factory = getattr(gateway, "prometheus_collector", None)
         if callable(collector_factory):
             self.registry.register(collector_factory())
+        # The standard process_*, python_info and python_gc_* families.
+        for standard in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+            self.registry.register(standard)
+        self.access_log = AccessLog(config.access_log_sample) if config.access_log else None
+        tracer = gateway_tracer()
+        self.tracing = ServerTracing(tracer) if tracer is not None else None
+        if rtb is not None:
+            rtb.tracing = self.tracing
+        # What the HTTP server calls: the plain handler unless something observes.
+        self.entry: Callable[[Request], Awaitable[Response | StreamingResponse]] = (
+            self.handle
+            if self.access_log is None and self.tracing is None
+            else self._handle_observed
+        )
 
     # -- dispatch ------------------------------------------------------------
 
@@ -133,11 +140,43 @@ class SidecarApp:
         elif path == "/ping" and request.method in ("GET", "HEAD"):
             return self._ping()
         elif path == "/metrics" and request.method == "GET":
-            return Response(
-                200, (("Content-Type", CONTENT_TYPE_LATEST),), generate_latest(self.registry)
-            )
+            return await self._metrics(request)
         self.metrics.reject("unknown_operation")
         return error_response("UnknownOperationException", "Unknown operation", 404)
+
+    # -- observability (access log, server spans) ---------------------------
+
+    async def _handle_observed(self, request: Request) -> Response | StreamingResponse:
+        """``handle`` inside a server span and/or followed by an access log line."""
+        started = time.perf_counter()
+        tracing = self.tracing
+        trace_id: str | None = None
+        if tracing is None:
+            response = await self.handle(request)
+            trace_id = trace_id_of_traceparent(request.headers.get("traceparent"))
+        else:
+            name = f"{request.method} {_span_route(request.path)}"
+            with tracing.server_span(name, request.headers) as span:
+                response = await self.handle(request)
+                span.set_attribute("http.request.method", request.method)
+                span.set_attribute("url.path", request.path)
+                span.set_attribute("http.response.status_code", response.status)
+                trace_id = tracing.trace_id(span)
+        access_log = self.access_log
+        if access_log is not None and access_log.sampled():
+            body = response.body if isinstance(response, Response) else None
+            access_log.write(
+                request.method,
+                request.path,
+                _route_of(request.path),
+                response.status,
+                _error_code(response) if response.status >= 400 else None,
+                time.perf_counter() - started,
+                len(request.body),
+                len(body) if body is not None else None,
+                trace_id,
+            )
+        return response
 
     async def _invocation(
         self, request: Request, operation: str, name: str
@@ -151,7 +190,12 @@ class SidecarApp:
         self.in_flight += 1
         try:
             if operation is _INVOKE:
-                response: Response | StreamingResponse = await self._invoke(request, name)
+                # Inline, not a method: one coroutine less on every invocation.
+                kwargs = self._arguments(request.headers, _INVOKE_ARGS)
+                result = await self._gw.invoke(name, request.body, **kwargs)
+                response: Response | StreamingResponse = Response(
+                    200, _result_headers(result), result.body
+                )
             elif operation is _STREAM:
                 response = await self._stream(request, name)
             else:
@@ -171,6 +215,8 @@ class SidecarApp:
             self.metrics.route_label(name),
             response.status,
             time.perf_counter() - started,
+            len(request.body),
+            len(response.body) if isinstance(response, Response) else 0,
         )
         return response
 
@@ -189,7 +235,14 @@ class SidecarApp:
             response = Response(204)
         finally:
             self.in_flight -= 1
-        self.metrics.record("openrtb", "openrtb", response.status, time.perf_counter() - started)
+        self.metrics.record(
+            "openrtb",
+            "openrtb",
+            response.status,
+            time.perf_counter() - started,
+            len(request.body),
+            len(response.body),
+        )
         return response
 
     def _admit(self, request: Request) -> Response | None:
@@ -211,6 +264,9 @@ class SidecarApp:
             argument = table.get(header)
             if argument is not None:
                 kwargs[argument] = value
+            elif header.startswith(_SAGEMAKER_PREFIX):
+                # Dropping it would silently change the call: refuse instead.
+                raise _BadRequest(f"header {header} is not supported by this operation")
         cache_control = kwargs.get("cache")
         if cache_control is not None:
             directives = cache_control.lower()
@@ -223,11 +279,6 @@ class SidecarApp:
         return kwargs
 
     # -- operations ----------------------------------------------------------
-
-    async def _invoke(self, request: Request, name: str) -> Response:
-        kwargs = self._arguments(request.headers, _INVOKE_ARGS)
-        result = await self._gw.invoke(name, request.body, **kwargs)
-        return Response(200, _result_headers(result), result.body)
 
     async def _stream(self, request: Request, name: str) -> Response | StreamingResponse:
         kwargs = self._arguments(request.headers, _STREAM_ARGS)
@@ -257,7 +308,11 @@ class SidecarApp:
         except _TIMEOUTS as error:
             yield model_stream_error(f"gateway timeout: {error}", "ModelInvocationTimeExceeded")
         except errors.ModelError as error:
-            yield model_stream_error(error.message, "StreamBroken")
+            yield _model_stream_error(error)
+        except errors.ServiceError as error:
+            # The upstream's InternalStreamFailure passes on as it came.
+            upstream = error.code == "InternalStreamFailure"
+            yield internal_stream_failure(error.message if upstream else f"{error}")
         except errors.GatewayError as error:
             yield internal_stream_failure(f"{type(error).__name__}: {error}")
         finally:
@@ -266,14 +321,11 @@ class SidecarApp:
 
     async def _async(self, request: Request, name: str) -> Response:
         kwargs = self._arguments(request.headers, _ASYNC_ARGS)
-        if not kwargs.get("input_location"):
-            raise _BadRequest(
-                "1 validation error detected: Value null at 'inputLocation' failed to "
-                "satisfy constraint: Member must not be null"
-            )
         for key in _INTEGER_ARGS:
             if key in kwargs:
                 kwargs[key] = _integer(key, kwargs[key])
+        if request.body:
+            kwargs["body"] = request.body
         answer = await self._gw.invoke_async(name, **kwargs)
         headers = [_JSON, ("x-amzn-RequestId", answer.request_id or new_request_id())]
         if answer.output_location is not None:
@@ -284,6 +336,18 @@ class SidecarApp:
         return Response(202, headers, orjson.dumps(body))
 
     # -- operations endpoints ---------------------------------------------------
+
+    async def _metrics(self, request: Request) -> Response:
+        """The Prometheus scrape; behind inbound auth unless ``metrics_auth`` is false."""
+        if self._metrics_auth is not None:
+            try:
+                self._metrics_auth(request)
+            except SigV4Rejected as rejected:
+                self.metrics.reject("auth")
+                return error_response(rejected.code, rejected.message, rejected.status)
+        # Rendered off the event loop: calls keep flowing during a scrape.
+        text = await asyncio.to_thread(generate_latest, self.registry)
+        return Response(200, (("Content-Type", CONTENT_TYPE_LATEST),), text)
 
     def _ping(self) -> Response:
         """200 once started and while every route has a healthy target, else 503."""
@@ -308,28 +372,37 @@ async def _aclose(parts: AsyncIterator[bytes]) -> None:
 
 
 def _result_headers(result: InvokeResult) -> list[tuple[str, str]]:
+    # Each field read once: every read is a method call on the result.
     headers = [("x-amzn-RequestId", result.request_id or new_request_id())]
-    if result.content_type is not None:
-        headers.append(("Content-Type", result.content_type))
-    if result.invoked_variant is not None:
-        headers.append(("x-Amzn-Invoked-Production-Variant", result.invoked_variant))
-    if result.custom_attributes is not None:
-        headers.append(("X-Amzn-SageMaker-Custom-Attributes", result.custom_attributes))
-    if result.new_session_id is not None:
-        headers.append(("X-Amzn-SageMaker-New-Session-Id", result.new_session_id))
-    if result.closed_session_id is not None:
-        headers.append(("X-Amzn-SageMaker-Closed-Session-Id", result.closed_session_id))
+    if (content_type := result.content_type) is not None:
+        headers.append(("Content-Type", content_type))
+    if (variant := result.invoked_variant) is not None:
+        headers.append(("x-Amzn-Invoked-Production-Variant", variant))
+    if (custom_attributes := result.custom_attributes) is not None:
+        headers.append(("X-Amzn-SageMaker-Custom-Attributes", custom_attributes))
+    if (new_session_id := result.new_session_id) is not None:
+        headers.append(("X-Amzn-SageMaker-New-Session-Id", new_session_id))
+    if (closed_session_id := result.closed_session_id) is not None:
+        headers.append(("X-Amzn-SageMaker-Closed-Session-Id", closed_session_id))
     if result.cache is not None:
         headers.append(("x-gateway-cache", result.cache))
     return headers
 
 
-# Upstream response headers a stream answer passes on, when Gateway exposes them.
-_STREAM_RESPONSE_HEADERS = (
-    ("x-amzn-sagemaker-content-type", "X-Amzn-SageMaker-Content-Type"),
-    ("x-amzn-invoked-production-variant", "x-Amzn-Invoked-Production-Variant"),
-    ("x-amzn-sagemaker-custom-attributes", "X-Amzn-SageMaker-Custom-Attributes"),
+# Upstream response headers a stream answer passes on (the model's header members).
+_STREAM_RESPONSE_HEADERS = tuple(
+    (m.header, m.wire_header) for m in INVOKE_STREAM.response if m.location == "header"
 )
+
+
+def _model_stream_error(error: errors.ModelError) -> bytes:
+    """The upstream's ModelStreamError passed on unchanged; any other ModelError as StreamBroken."""
+    if error.code != "ModelStreamError":
+        return model_stream_error(error.message, "StreamBroken")
+    fields: dict[str, object] = {"Message": error.message}
+    if error.error_code is not None:
+        fields["ErrorCode"] = error.error_code
+    return encode_exception("ModelStreamError", fields)
 
 
 def _stream_headers(parts: object, kwargs: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -353,6 +426,28 @@ def _stream_headers(parts: object, kwargs: Mapping[str, Any]) -> list[tuple[str,
     return headers
 
 
+def _route_of(path: str) -> str | None:
+    """The route (endpoint name) of an invocation path, None for other paths."""
+    if not path.startswith("/endpoints/"):
+        return None
+    name = path[11:].partition("/")[0]
+    return unquote(name) if "%" in name else name
+
+
+def _span_route(path: str) -> str:
+    # Low-cardinality span names: the endpoint name goes in an attribute.
+    if path.startswith("/endpoints/"):
+        return "/endpoints/{name}/" + path[11:].partition("/")[2]
+    return path
+
+
+def _error_code(response: Response | StreamingResponse) -> str | None:
+    for name, value in response.headers:
+        if name.lower() == "x-amzn-errortype":
+            return value.partition(":")[0]
+    return None
+
+
 def _milliseconds(value: str) -> float:
     try:
         milliseconds = float(value)
@@ -364,6 +459,8 @@ def _milliseconds(value: str) -> float:
 
 
 def _integer(name: str, value: str) -> int:
-    if not value.isdigit():
+    # ASCII digits only (str.isdigit takes '²' and other scripts' digits, which
+    # int() then refuses), and few enough that int() never hits its digit cap.
+    if not (value.isascii() and value.isdigit() and len(value) <= 18):
         raise _BadRequest(f"{name} must be a non-negative integer, got {value[:32]!r}")
     return int(value)

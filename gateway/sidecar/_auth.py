@@ -12,8 +12,8 @@ from __future__ import annotations
 import hmac
 from collections.abc import Callable
 
-from gateway._http_server import Request
-from gateway._sigv4_verify import SigV4Rejected, SigV4Verifier
+from gateway._server.http import Request
+from gateway._server.sigv4_verify import LocalHosts, SigV4Rejected, SigV4Verifier
 from gateway.sidecar._config import AuthSettings
 
 __all__ = ["Authenticator", "SigV4Rejected", "make_authenticator"]
@@ -41,14 +41,22 @@ class _BearerCheck:
             )
 
 
-def make_authenticator(settings: AuthSettings) -> Authenticator | None:
-    """The per-request check, or None when every request is accepted."""
+def make_authenticator(settings: AuthSettings, region: str | None = None) -> Authenticator | None:
+    """The per-request check, or None when every request is accepted.
+
+    SigV4 signatures must be scoped to ``settings.region`` (else ``region``,
+    the Gateway's) and name a Host of this machine or one in ``settings.hosts``.
+    """
     if settings.mode == "bearer":
         assert settings.token is not None
         return _BearerCheck(settings.token)
     if settings.mode == "sigv4":
         verifier = SigV4Verifier(
-            settings.credentials, required=True, max_skew_s=settings.max_skew_s
+            settings.credentials,
+            required=True,
+            max_skew_s=settings.max_skew_s,
+            region=settings.region or region,
+            hosts=LocalHosts(settings.hosts),
         )
         return verifier.verify
     return None

@@ -36,7 +36,7 @@ import os
 import orjson
 
 from gateway import errors
-from gateway._http_server import Response
+from gateway._server.http import Response
 
 __all__ = ["error_response", "gateway_error_response", "new_request_id", "rest_json_error"]
 

@@ -8,13 +8,17 @@ like a credential is replaced, so even a careless ``extra={"authorization":
 from __future__ import annotations
 
 import logging
+import random
 import re
 import sys
+from collections.abc import Callable
 from typing import Any, TextIO
 
 import orjson
 
-__all__ = ["JsonFormatter", "configure_logging"]
+from gateway._events import RateLimiter
+
+__all__ = ["AccessLog", "JsonFormatter", "configure_logging", "worker_restarted"]
 
 _SECRET_KEY = re.compile(r"(?i)authori[sz]ation|secret|token|password|credential|signature")
 # Attributes every LogRecord has; anything else came in through ``extra``.
@@ -49,3 +53,95 @@ def configure_logging(level: str = "INFO", stream: TextIO | None = None) -> None
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     root.propagate = False
+
+
+# -- access log ---------------------------------------------------------------------
+
+access_logger = logging.getLogger("gateway.access")
+
+
+class AccessLog:
+    """One JSON line per request (logger ``gateway.access``), a sampled share of them.
+
+    Fields: method, path, route, status, error_code, duration_s, bytes_in,
+    bytes_out, trace_id. Names and numbers only: never a header value, so
+    never an ``Authorization`` or a secret.
+    """
+
+    def __init__(
+        self,
+        sample: float = 1.0,
+        logger: logging.Logger | None = None,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        self._sample = sample
+        self._logger = logger or access_logger
+        self._random = rng
+        if self._logger.level == logging.NOTSET or self._logger.level > logging.INFO:
+            # Enabled explicitly: not hidden by a --log-level of WARNING.
+            self._logger.setLevel(logging.INFO)
+
+    def sampled(self) -> bool:
+        return self._sample >= 1.0 or self._random() < self._sample
+
+    def write(
+        self,
+        method: str,
+        path: str,
+        route: str | None,
+        status: int,
+        error_code: str | None,
+        duration_s: float,
+        bytes_in: int,
+        bytes_out: int | None,
+        trace_id: str | None,
+    ) -> None:
+        self._logger.info(
+            "request",
+            extra={
+                "method": method,
+                "path": path,
+                "route": route,
+                "status": status,
+                "error_code": error_code,
+                "duration_s": round(duration_s, 6),
+                "bytes_in": bytes_in,
+                "bytes_out": bytes_out,
+                "trace_id": trace_id,
+            },
+        )
+
+
+# -- worker restarts --------------------------------------------------------------
+
+_workers = RateLimiter()
+worker_logger = logging.getLogger("gateway.state")
+
+
+def worker_restarted(
+    worker: int,
+    pid: int | None,
+    exit_code: int | None,
+    reason: str = "exited",
+    restart_in_s: float | None = None,
+) -> None:
+    """The supervisor's WARNING line when it restarts a worker (rate-limited per worker).
+
+    ``worker`` is the slot number, ``pid`` the process that ended,
+    ``exit_code`` its status (negative: killed by that signal).
+    """
+    suppressed = _workers.allow(worker)
+    if suppressed is None:
+        return
+    fields: dict[str, Any] = {
+        "event": "worker_restarted",
+        "worker": worker,
+        "pid": pid,
+        "exit_code": exit_code,
+        "reason": reason,
+    }
+    if restart_in_s is not None:
+        fields["restart_in_s"] = restart_in_s
+    if suppressed:
+        fields["suppressed"] = suppressed
+    worker_logger.warning("worker restarted", extra=fields)

@@ -1,14 +1,16 @@
 """The sidecar's own metrics, exposed through ``prometheus_client``.
 
 The hot path only bumps plain ints in dicts (no lock, no label lookup);
-the numbers become metric families when /metrics is scraped. The
-exposition format itself is prometheus_client's.
+the numbers become metric families when /metrics is scraped. Families are
+named ``sagemaker_gateway_sidecar_*``, latency histograms use the gateway's
+one bucket set (``LATENCY_BUCKETS_S``), and route names, which come from
+clients, are capped (``sidecar.metrics_label_cap``): past the cap, new names
+count as ``other``.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -17,71 +19,47 @@ from prometheus_client.core import (
     Metric,
 )
 
-__all__ = ["OTHER_ROUTE", "SidecarMetrics"]
+from gateway._metrics import DEFAULT_LABEL_CAP, LATENCY_BUCKETS_S, OTHER, Histogram, LabelCap
 
-# Seconds. Dense below 10 ms, where a sidecar in front of a fast model lives.
-BUCKETS: tuple[float, ...] = (
-    0.0001,
-    0.00025,
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-)
-# Route names come from clients: past this many, new names count as "other"
-# so that a client cannot blow up the series count.
-MAX_ROUTES = 256
-OTHER_ROUTE = "other"
+__all__ = ["BUCKETS", "OTHER_ROUTE", "SidecarMetrics", "merge_expositions"]
 
-
-class _Histogram:
-    __slots__ = ("counts", "total")
-
-    def __init__(self) -> None:
-        self.counts = [0] * (len(BUCKETS) + 1)  # the last one is +Inf
-        self.total = 0.0
+BUCKETS = LATENCY_BUCKETS_S
+OTHER_ROUTE = OTHER
 
 
 class SidecarMetrics:
     """Counters of one sidecar; register it on a ``CollectorRegistry``."""
 
-    def __init__(self, in_flight: Callable[[], int]) -> None:
+    def __init__(self, in_flight: Callable[[], int], label_cap: int = DEFAULT_LABEL_CAP) -> None:
         self._in_flight = in_flight
         self.requests: dict[tuple[str, str, int], int] = {}
         self.rejected: dict[str, int] = {}
-        self._latency: dict[str, _Histogram] = {}
-        self._routes: set[str] = set()
+        self.received_bytes: dict[str, int] = {}
+        self.sent_bytes: dict[str, int] = {}
+        self._latency: dict[str, Histogram] = {}
+        self.route_label = LabelCap(label_cap)
         # Set once by the sidecar command after gc.freeze() (tune_gc); a
         # number, not gc.get_freeze_count() per scrape: that walks the list.
         self.gc_frozen_objects = 0
 
-    def route_label(self, name: str) -> str:
-        if name in self._routes:
-            return name
-        if len(self._routes) < MAX_ROUTES:
-            self._routes.add(name)
-            return name
-        return OTHER_ROUTE
-
-    def record(self, operation: str, route: str, status: int, seconds: float) -> None:
+    def record(
+        self,
+        operation: str,
+        route: str,
+        status: int,
+        seconds: float,
+        received: int = 0,
+        sent: int = 0,
+    ) -> None:
         key = (operation, route, status)
         requests = self.requests
         requests[key] = requests.get(key, 0) + 1
         histogram = self._latency.get(operation)
         if histogram is None:
-            histogram = self._latency[operation] = _Histogram()
-        histogram.counts[bisect_left(BUCKETS, seconds)] += 1
-        histogram.total += seconds
+            histogram = self._latency[operation] = Histogram()
+        histogram.observe(seconds)
+        self.received_bytes[operation] = self.received_bytes.get(operation, 0) + received
+        self.sent_bytes[operation] = self.sent_bytes.get(operation, 0) + sent
 
     def reject(self, reason: str) -> None:
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
@@ -93,7 +71,7 @@ class SidecarMetrics:
 
     def collect(self) -> Iterator[Metric]:
         requests = CounterMetricFamily(
-            "sidecar_requests",
+            "sagemaker_gateway_sidecar_requests",
             "Requests answered by the sidecar, by operation, route and HTTP status.",
             labels=["operation", "route", "code"],
         )
@@ -101,10 +79,12 @@ class SidecarMetrics:
             requests.add_metric([operation, route, str(status)], count)
         yield requests
         yield GaugeMetricFamily(
-            "sidecar_in_flight", "Invocations being served right now.", value=self._in_flight()
+            "sagemaker_gateway_sidecar_in_flight",
+            "Invocations being served right now.",
+            value=self._in_flight(),
         )
         rejected = CounterMetricFamily(
-            "sidecar_rejected",
+            "sagemaker_gateway_sidecar_rejected",
             "Requests refused before reaching the gateway, by reason.",
             labels=["reason"],
         )
@@ -112,8 +92,18 @@ class SidecarMetrics:
             rejected.add_metric([reason], count)
         yield rejected
         yield self._latency_family()
+        for name, counter, text in (
+            ("received", self.received_bytes, "Request body bytes received, by operation."),
+            ("sent", self.sent_bytes, "Response body bytes sent, by operation."),
+        ):
+            family = CounterMetricFamily(
+                f"sagemaker_gateway_sidecar_{name}_bytes", text, labels=["operation"]
+            )
+            for operation, count in list(counter.items()):
+                family.add_metric([operation], count)
+            yield family
         yield GaugeMetricFamily(
-            "sidecar_gc_frozen_objects",
+            "sagemaker_gateway_sidecar_gc_frozen_objects",
             "Objects the sidecar command moved out of the collector's sight at start "
             "(gc.freeze, sidecar.gc_freeze); 0: not frozen.",
             value=self.gc_frozen_objects,
@@ -121,15 +111,71 @@ class SidecarMetrics:
 
     def _latency_family(self) -> HistogramMetricFamily:
         family = HistogramMetricFamily(
-            "sidecar_request_duration_seconds",
+            "sagemaker_gateway_sidecar_request_duration_seconds",
             "Time from the request being parsed to the response being ready.",
             labels=["operation"],
         )
         for operation, histogram in list(self._latency.items()):
-            cumulative = 0
-            buckets: list[tuple[str, float]] = []
-            for bound, count in zip((*BUCKETS, float("inf")), histogram.counts, strict=True):
-                cumulative += count
-                buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
-            family.add_metric([operation], buckets, sum_value=histogram.total)
+            family.add_metric([operation], histogram.buckets(), sum_value=histogram.total)
         return family
+
+
+# -- several workers, one scrape ---------------------------------------------------
+
+# Per-process families: summed they would mean nothing, so each keeps a
+# ``worker`` label instead.
+_PER_PROCESS = ("process_", "python_", "sagemaker_gateway_sidecar_gc_frozen_objects")
+_ONCE = ("sagemaker_gateway_build_info",)
+_ADDITIVE = ("counter", "gauge", "histogram", "summary", "unknown")
+
+
+def merge_expositions(texts: Iterable[str], workers: Sequence[str] | None = None) -> bytes:
+    """One exposition from several workers' ``/metrics`` texts (same version).
+
+    Samples of the same name and labels are added up: counters, histogram
+    buckets, sums and counts, and gauges such as in-flight calls (a process's
+    in-flight is its workers' sum). ``_created`` keeps the earliest; info,
+    state-set and ``build_info`` samples keep the first value seen;
+    per-process families (``process_*``, ``python_*``, frozen objects) get a
+    ``worker`` label (``workers[i]`` for the i-th text, else ``i``) instead of a sum.
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families: dict[str, Metric] = {}
+    values: dict[tuple[str, str, tuple[tuple[str, str], ...]], float] = {}
+    for position, text in enumerate(texts):
+        worker = workers[position] if workers is not None else str(position)
+        for family in text_string_to_metric_families(text):
+            if family.name not in families:
+                families[family.name] = Metric(
+                    family.name, family.documentation, family.type, family.unit
+                )
+            per_process = family.name.startswith(_PER_PROCESS)
+            additive = family.type in _ADDITIVE and family.name not in _ONCE
+            for sample in family.samples:
+                labels = dict(sample.labels)
+                if per_process:
+                    labels["worker"] = worker
+                key = (family.name, sample.name, tuple(sorted(labels.items())))
+                seen = values.get(key)
+                if seen is None:
+                    values[key] = sample.value
+                elif sample.name.endswith("_created"):
+                    values[key] = min(seen, sample.value)
+                elif additive:
+                    values[key] = seen + sample.value
+    for (family_name, sample_name, label_pairs), value in values.items():
+        families[family_name].add_sample(sample_name, dict(label_pairs), value)
+    return _render(families.values())
+
+
+def _render(families: Iterable[Metric]) -> bytes:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    class _Fixed:
+        def collect(self) -> Iterable[Metric]:
+            return families
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Fixed())
+    return bytes(generate_latest(registry))

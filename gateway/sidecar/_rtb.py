@@ -6,32 +6,44 @@
 
 Configured by the ``[rtb]`` table of the gateway's TOML (``RtbConfig``).
 Kept requests are spread round-robin over ``bidders`` (instances of one ad
-server fleet, not an auction fan-out) through one pooled keep-alive
-``httpx.AsyncClient``. A bidder that answers 204, fails, times out or
-answers an error status yields 204: to an exchange every one of those is
-"no bid". The filter's score and reason travel in ``x-bid-filter-score``
-and ``x-bid-filter-reason`` on the answer, and are passed to the bidder.
+server fleet, not an auction fan-out) through the project's own pooled
+keep-alive client (``gateway._http.native``). A bidder that answers 204,
+fails, times out or answers an error status yields 204: to an exchange every
+one of those is "no bid". The filter's score and reason travel in
+``x-bid-filter-score`` and ``x-bid-filter-reason`` on the answer, and are
+passed to the bidder.
+
+Bid requests may come gzipped (``Content-Encoding: gzip``, as exchanges
+send them): they are inflated to at most ``max_inflated_bytes`` (more is a
+413, so a zip bomb costs that much memory and no more) and forwarded to the
+bidder as received, still gzipped. The bidder sees the sidecar's own
+``user-agent``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
+import zlib
 from bisect import bisect_left
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-import httpx
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
-from gateway._http_server import Request, Response
-from gateway.errors import ConfigError
-from gateway.rtb import SEGMENT_DIMENSIONS, BidFilter, Decision, FilterPolicy, Scorer
-from gateway.rtb.request import InvalidBidRequest, parse_bid_request
-from gateway.sidecar._config import _number, _reject_unknown
+from gateway import errors
+from gateway._http.message import Origin
+from gateway._http.native import NativeTransport
+from gateway._http.options import PoolConfig
+from gateway._http.request import PreparedRequest
+from gateway._server.http import Request, Response
+from gateway._tracing import ServerTracing
+from gateway.rtb import BidFilter, Decision, FilterPolicy, Scorer
+from gateway.rtb.request import InvalidBidRequest, parse_bid_request, refuse_duplicate_keys
 from gateway.sidecar._metrics import BUCKETS
+from sagemaker_gateway_config import fail, http_url, read, section, setting
 
 __all__ = ["REASON_HEADER", "ROUTE_HEADER", "SCORE_HEADER", "RtbConfig", "RtbProxy"]
 
@@ -43,148 +55,53 @@ ROUTE_HEADER: Final = "x-bid-filter-route"
 # Request headers passed on to the bidder (lower-case, as the server gives them).
 FORWARDED_HEADERS: Final[tuple[str, ...]] = (
     "content-type",
+    "content-encoding",
     "x-openrtb-version",
-    "user-agent",
     "x-forwarded-for",
     ROUTE_HEADER,
 )
+# W3C trace context, passed on as it came when the sidecar does not trace itself.
+_TRACE_HEADERS: Final = ("traceparent", "tracestate")
 _NO_BID: Final = 204
 _TEXT = ("Content-Type", "text/plain; charset=utf-8")
 _BATCH_BUCKETS: Final = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
-@dataclass(frozen=True, slots=True)
+def _bidders(value: Any, key: str) -> Any:
+    return [value] if isinstance(value, str) else value  # one bidder may be a bare URL
+
+
+def _path(value: str) -> None:
+    if not value.startswith("/"):
+        raise ValueError(f"must start with '/', got {value!r}")
+
+
+@section("rtb")
 class RtbConfig:
-    """The ``[rtb]`` table. ``_ms`` values are milliseconds.
+    """The ``[rtb]`` table: the filter's ``policy`` keys sit in it next to the proxy's own."""
 
-    The scoring deadline of a request is its ``tmax`` less ``tmax_margin_ms``
-    (the part of the auction left to the bidder), else ``default_budget_ms``.
-    A forwarded request gets ``bidder_timeout_ms``, capped by what is left of
-    its ``tmax``.
-    """
-
-    bidders: tuple[str, ...]
-    path: str = "/openrtb2/auction"
+    bidders: tuple[str, ...] = setting(before=_bidders, check=lambda urls: [*map(http_url, urls)])
+    path: str = setting(default="/openrtb2/auction", check=_path)
     endpoint: str = "bid-filter"
-    threshold: float = 0.01
-    route_thresholds: Mapping[str, float] = field(default_factory=dict)
-    segment_thresholds: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
-    explore_share: float = 0.0
-    shadow: bool = False
-    seed: int | None = None
-    max_batch: int = 32
-    min_batch: int = 8
-    max_wait_ms: float = 1.0
-    call_time_ms: float = 2.0
-    tmax_margin_ms: float = 50.0
-    default_budget_ms: float = 20.0
-    bidder_timeout_ms: float = 100.0
-    bidder_max_connections: int = 256
+    policy: FilterPolicy = setting(factory=FilterPolicy, inline=True)
+    max_batch: int = setting(default=32, ge=1)
+    min_batch: int = setting(default=8, ge=1)
+    max_wait_ms: float = setting(default=1.0, ge=0)
+    call_time_ms: float = setting(default=2.0, ge=0)
+    tmax_margin_ms: float = setting(default=50.0, ge=0)
+    tmax_margin_share: float = setting(default=0.5, ge=0, lt=1)
+    default_budget_ms: float = setting(default=20.0, ge=0.001)
+    bidder_timeout_ms: float = setting(default=100.0, ge=0.001)
+    bidder_max_connections: int = setting(default=256, ge=1)
+    max_inflated_bytes: int = setting(default=1024 * 1024, ge=1)
+
+    def __post_init__(self) -> None:
+        if not self.bidders:
+            raise fail(self, "bidders", "must list at least one bidder URL")
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any], section: str = "rtb") -> RtbConfig:
-        if not isinstance(mapping, Mapping):
-            raise ConfigError(f"{section}: must be a table")
-        _reject_unknown(section, mapping, set(_FIELDS))
-        if "bidders" not in mapping:
-            raise ConfigError(f"{section}.bidders: required, a list of at least one bidder URL")
-        values = {
-            key: _read(f"{section}.{key}", kind, mapping[key], minimum)
-            for key, (kind, minimum) in _FIELDS.items()
-            if key in mapping
-        }
-        return cls(**values)
-
-    def policy(self) -> FilterPolicy:
-        return FilterPolicy(
-            threshold=self.threshold,
-            route_thresholds=dict(self.route_thresholds),
-            segment_thresholds={k: dict(v) for k, v in self.segment_thresholds.items()},
-            explore_share=self.explore_share,
-            shadow=self.shadow,
-            seed=self.seed,
-        )
-
-
-# key -> (kind, minimum); kinds are read by `_read`.
-_FIELDS: Final[dict[str, tuple[str, float]]] = {
-    "bidders": ("urls", 0),
-    "path": ("path", 0),
-    "endpoint": ("string", 0),
-    "threshold": ("share", 0),
-    "route_thresholds": ("shares", 0),
-    "segment_thresholds": ("segments", 0),
-    "explore_share": ("share", 0),
-    "shadow": ("bool", 0),
-    "seed": ("int", 0),
-    "max_batch": ("int", 1),
-    "min_batch": ("int", 1),
-    "max_wait_ms": ("float", 0),
-    "call_time_ms": ("float", 0),
-    "tmax_margin_ms": ("float", 0),
-    "default_budget_ms": ("float", 0.001),
-    "bidder_timeout_ms": ("float", 0.001),
-    "bidder_max_connections": ("int", 1),
-}
-
-
-def _read(where: str, kind: str, value: Any, minimum: float) -> Any:
-    if kind in ("int", "float"):
-        number = _number(where, value, minimum, integer=kind == "int")
-        return float(number) if kind == "float" else number
-    if kind == "share":
-        return _share(where, value)
-    if kind == "shares":
-        return _shares(where, value)
-    if kind == "segments":
-        return _segments(where, value)
-    if kind == "urls":
-        return _bidders(where, value)
-    if kind == "bool":
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: must be true or false, got {value!r}")
-        return value
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"{where}: must be a non-empty string, got {value!r}")
-    if kind == "path" and not value.startswith("/"):
-        raise ConfigError(f"{where}: must start with '/', got {value!r}")
-    return value
-
-
-def _share(where: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-        raise ConfigError(f"{where}: must be a number within [0, 1], got {value!r}")
-    return float(value)
-
-
-def _shares(where: str, value: Any) -> dict[str, float]:
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: must be a table of name = threshold")
-    return {str(name): _share(f"{where}.{name}", share) for name, share in value.items()}
-
-
-def _segments(where: str, value: Any) -> dict[str, dict[str, float]]:
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: must be a table of dimension tables")
-    for dimension in value:
-        if dimension not in SEGMENT_DIMENSIONS:
-            raise ConfigError(
-                f"{where}.{dimension}: unknown segment dimension "
-                f"(allowed: {', '.join(SEGMENT_DIMENSIONS)})"
-            )
-    return {str(dim): _shares(f"{where}.{dim}", table) for dim, table in value.items()}
-
-
-def _bidders(where: str, value: Any) -> tuple[str, ...]:
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, Sequence) or not value:
-        raise ConfigError(f"{where}: must be a list of at least one bidder URL")
-    for url in value:
-        parts = urlsplit(url) if isinstance(url, str) else None
-        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigError(f"{where}: {url!r} is not an http(s) URL")
-    return tuple(value)
+        return read(cls, mapping, section)
 
 
 # -- metrics ------------------------------------------------------------------
@@ -238,10 +155,10 @@ class RtbMetrics:
             ("score_timeouts", stats.timeouts, "Requests whose score missed the deadline."),
             ("score_errors", stats.errors, "Requests whose scoring call failed."),
         ):
-            yield CounterMetricFamily(f"sidecar_rtb_{name}", text, value=value)
+            yield CounterMetricFamily(f"sagemaker_gateway_rtb_{name}", text, value=value)
         yield self._batch_family(stats.batch_sizes)
         errors = CounterMetricFamily(
-            "sidecar_rtb_bidder_errors",
+            "sagemaker_gateway_rtb_bidder_errors",
             "Forwarded requests that got no usable bidder answer, by reason.",
             labels=["reason"],
         )
@@ -249,13 +166,15 @@ class RtbMetrics:
             errors.add_metric([reason], count)
         yield errors
         responses = CounterMetricFamily(
-            "sidecar_rtb_bidder_responses", "Bidder answers by HTTP status.", labels=["code"]
+            "sagemaker_gateway_rtb_bidder_responses",
+            "Bidder answers by HTTP status.",
+            labels=["code"],
         )
         for status, count in list(self.bidder_responses.items()):
             responses.add_metric([str(status)], count)
         yield responses
         forwarded = HistogramMetricFamily(
-            "sidecar_rtb_forward_duration_seconds",
+            "sagemaker_gateway_rtb_forward_duration_seconds",
             "Time from forwarding a kept request to the bidder's answer (or failure).",
         )
         forwarded.add_metric([], self.forwarded.buckets(), sum_value=self.forwarded.total)
@@ -274,13 +193,58 @@ class RtbMetrics:
             cumulative += count
             buckets.append((str(bound), cumulative))
         family = HistogramMetricFamily(
-            "sidecar_rtb_batch_size", "Rows per scoring call (micro-batch size)."
+            "sagemaker_gateway_rtb_batch_size", "Rows per scoring call (micro-batch size)."
         )
         family.add_metric([], buckets, sum_value=total)
         return family
 
 
 # -- the proxy ------------------------------------------------------------------
+
+
+class BodyRefused(Exception):
+    """A bid request body this proxy will not read: ``status`` and a message for the sender."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def inflate(body: bytes, limit: int) -> bytes:
+    """The gzip ``body`` inflated, refused past ``limit`` bytes (a zip bomb stops there).
+
+    Several gzip members one after another (allowed by the format) are joined.
+    """
+    parts: list[bytes] = []
+    room = limit
+    data = body
+    while True:
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            # At most room + 1 bytes: one more than allowed tells "too large".
+            part = inflater.decompress(data, room + 1)
+        except zlib.error:
+            raise BodyRefused(400, "Content-Encoding is gzip but the body is not gzip") from None
+        if len(part) > room:
+            raise BodyRefused(413, f"the gzip body inflates to more than {limit} bytes")
+        if not inflater.eof:
+            if inflater.unconsumed_tail:  # pragma: no cover - the room check caught it
+                raise BodyRefused(413, f"the gzip body inflates to more than {limit} bytes")
+            raise BodyRefused(400, "the gzip body is truncated")
+        parts.append(part)
+        room -= len(part)
+        data = inflater.unused_data
+        if not data:
+            return part if len(parts) == 1 else b"".join(parts)
+
+
+def _bidder_targets(urls: Sequence[str]) -> list[tuple[Origin, str]]:
+    targets = []
+    for url in urls:
+        parts = urlsplit(url)
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        targets.append((Origin.from_url(url), path))
+    return targets
 
 
 class RtbProxy:
@@ -292,26 +256,37 @@ class RtbProxy:
         self.filter = BidFilter(
             scorer,
             config.endpoint,
-            policy=config.policy(),
+            policy=config.policy,
             max_batch=config.max_batch,
             min_batch=config.min_batch,
             max_wait=config.max_wait_ms / 1000,
             call_time=config.call_time_ms / 1000,
             default_budget=config.default_budget_ms / 1000,
             tmax_margin=config.tmax_margin_ms / 1000,
+            tmax_margin_share=config.tmax_margin_share,
         )
         self.metrics = RtbMetrics(self.filter)
-        self._bidders = itertools.cycle(config.bidders)
+        self._targets = _bidder_targets(config.bidders)
+        self._bidders = itertools.cycle(self._targets)
         self._bidder_timeout = config.bidder_timeout_ms / 1000
-        self._http: httpx.AsyncClient | None = None
+        self._max_inflated = config.max_inflated_bytes
+        self._http: NativeTransport | None = None
+        # Set by the sidecar when it traces: bidder requests get a client span.
+        self.tracing: ServerTracing | None = None
 
     async def start(self) -> None:
         if self._http is None:
-            limit = self.config.bidder_max_connections
-            self._http = httpx.AsyncClient(
-                limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit),
-                timeout=self._bidder_timeout,
+            timeout_ms = self.config.bidder_timeout_ms
+            self._http = NativeTransport(
+                PoolConfig(
+                    max_connections=self.config.bidder_max_connections,
+                    prewarm=0,
+                    connect_timeout_ms=timeout_ms,
+                    read_timeout_ms=timeout_ms,
+                    pool_timeout_ms=timeout_ms,
+                )
             )
+            await self._http.start(list(dict.fromkeys(origin for origin, _ in self._targets)))
 
     async def aclose(self) -> None:
         await self.filter.aclose()
@@ -322,7 +297,13 @@ class RtbProxy:
     async def handle(self, request: Request) -> Response:
         started = time.perf_counter()
         try:
-            parsed = parse_bid_request(request.body)
+            body = self._plain_body(request)
+            parsed = parse_bid_request(body)
+            # The bidder gets these bytes: it must read what was scored.
+            refuse_duplicate_keys(body)
+        except BodyRefused as refused:
+            self.metrics.invalid += 1
+            return Response(refused.status, (_TEXT,), str(refused).encode())
         except InvalidBidRequest as invalid:
             self.metrics.invalid += 1
             return Response(400, (_TEXT,), str(invalid).encode())
@@ -336,6 +317,17 @@ class RtbProxy:
             budget = min(budget, parsed.tmax / 1000 - (time.perf_counter() - started))
         return await self._forward(request, decision_headers, budget)
 
+    def _plain_body(self, request: Request) -> bytes:
+        encoding = request.headers.get("content-encoding")
+        if encoding is None:
+            return request.body
+        encoding = encoding.strip().lower()
+        if encoding == "gzip":
+            return inflate(request.body, self._max_inflated)
+        if encoding in ("", "identity"):
+            return request.body
+        raise BodyRefused(415, f"Content-Encoding {encoding!r} is not supported: send gzip")
+
     async def _forward(
         self, request: Request, decision_headers: list[tuple[str, str]], budget: float
     ) -> Response:
@@ -345,22 +337,25 @@ class RtbProxy:
         http = self._http
         if http is None:
             raise RuntimeError("the RTB proxy is not started")
-        headers: list[tuple[str, str]] = [
-            (name, request.headers[name]) for name in FORWARDED_HEADERS if name in request.headers
-        ]
+        origin, path = next(self._bidders)
+        request_headers = request.headers
+        headers: list[tuple[str, str]] = [("host", origin.host_header)]
+        headers.extend(
+            (name, request_headers[name]) for name in FORWARDED_HEADERS if name in request_headers
+        )
         headers.extend(decision_headers)
         sent = time.perf_counter()
-        try:
-            answer = await http.post(
-                next(self._bidders), content=request.body, headers=headers, timeout=budget
-            )
-        except httpx.TimeoutException:
-            return self._bidder_failed("timeout", decision_headers, sent)
-        except httpx.HTTPError:
-            return self._bidder_failed("transport", decision_headers, sent)
+        with self._bidder_span(request, headers):
+            prepared = PreparedRequest(origin, path, "", headers, request.body, None)
+            try:
+                answer = await http.request(prepared, time.monotonic() + budget)
+            except errors.TimeoutError:
+                return self._bidder_failed("timeout", decision_headers, sent)
+            except errors.GatewayError:
+                return self._bidder_failed("transport", decision_headers, sent)
         metrics = self.metrics
         metrics.forwarded.observe(time.perf_counter() - sent)
-        status = answer.status_code
+        status = answer.status
         metrics.bidder_responses[status] = metrics.bidder_responses.get(status, 0) + 1
         if status == _NO_BID:
             return Response(_NO_BID, decision_headers)
@@ -368,7 +363,18 @@ class RtbProxy:
             metrics.bidder_error("status")
             return Response(_NO_BID, decision_headers)
         content_type = answer.headers.get("content-type", "application/json")
-        return Response(status, [("Content-Type", content_type), *decision_headers], answer.content)
+        return Response(status, [("Content-Type", content_type), *decision_headers], answer.body)
+
+    def _bidder_span(
+        self, request: Request, headers: list[tuple[str, str]]
+    ) -> contextlib.AbstractContextManager[Any]:
+        """The trace context for the bidder: a client span's, or the inbound one as is."""
+        if self.tracing is not None:
+            return self.tracing.client_span("POST bidder", headers)
+        headers.extend(
+            (name, request.headers[name]) for name in _TRACE_HEADERS if name in request.headers
+        )
+        return contextlib.nullcontext()
 
     def _bidder_failed(
         self, reason: str, decision_headers: list[tuple[str, str]], sent: float

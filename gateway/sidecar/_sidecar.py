@@ -5,29 +5,49 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gateway import _process as child_process
 from gateway._client import Gateway
 from gateway._config import GatewayConfig
+from gateway._config_env import apply_environment, explain
 from gateway._gc import GcTuning, tune_gc
-from gateway._http_server import Server, ServerLimits, start_server
+from gateway._server import processes as child_process
+from gateway._server.address import parse_listen
+from gateway._server.http import (
+    Request,
+    Response,
+    Server,
+    ServerLimits,
+    StreamingResponse,
+    start_server,
+)
+from gateway._tracing import configure_from_environment
 from gateway.errors import ConfigError
 from gateway.sidecar._app import SidecarApp
 from gateway.sidecar._auth import make_authenticator
-from gateway.sidecar._config import SidecarConfig, parse_listen
+from gateway.sidecar._config import SidecarConfig, parse_workers
 from gateway.sidecar._logging import configure_logging
 from gateway.sidecar._rtb import RtbConfig, RtbProxy
+from gateway.sidecar._workers import (
+    Supervisor,
+    WorkerContext,
+    os_reason,
+    reserve_address,
+    resolve_worker_count,
+)
+from sagemaker_gateway_config import load_toml
 
 __all__ = ["Sidecar", "SidecarProcess", "main"]
 
@@ -35,6 +55,9 @@ logger = logging.getLogger("gateway.sidecar")
 
 GatewaySource = Gateway | GatewayConfig | Mapping[str, Any] | str | Path
 _READY_PREFIX = "sidecar listening on "
+# Answered by the Sidecar itself; /ping and the rest go to the app.
+_OWN_PATHS = frozenset({"/livez", "/readyz", "/metrics"})
+_JSON = ("Content-Type", "application/json")
 
 
 class Sidecar:
@@ -63,6 +86,7 @@ class Sidecar:
         *,
         config: SidecarConfig | None = None,
         rtb: RtbConfig | None = None,
+        reuse_port: bool = False,
     ) -> None:
         self._owns_gateway = not isinstance(gateway_or_config, Gateway)
         self.gateway = _as_gateway(gateway_or_config)
@@ -76,8 +100,16 @@ class Sidecar:
         if rtb is None and "rtb" in self.gateway.config.sections:
             rtb = RtbConfig.from_mapping(self.gateway.config.sections["rtb"])
         self.rtb = RtbProxy(self.gateway, rtb) if rtb is not None else None
-        self.app = SidecarApp(self.gateway, config, make_authenticator(config.auth), self.rtb)
+        authenticate = make_authenticator(config.auth, self.gateway.config.region)
+        self.app = SidecarApp(self.gateway, config, authenticate, self.rtb)
         self._server: Server | None = None
+        # Set by the command on SIGTERM: /readyz answers 503, serving goes on.
+        self.draining = False
+        # Workers of one supervisor share the port (SO_REUSEPORT).
+        self._reuse_port = reuse_port
+        # /metrics that covers every worker (set by a worker process), else the app's own.
+        self.metrics_exposition: Callable[[], Awaitable[bytes]] | None = None
+        self._app_handle = self.app.entry
 
     @property
     def port(self) -> int:
@@ -104,6 +136,7 @@ class Sidecar:
             header_timeout=config.header_timeout_s,
             body_timeout=config.body_timeout_s,
             keepalive_timeout=config.idle_timeout_s,
+            write_timeout=config.write_timeout_s,
             shutdown_timeout=config.shutdown_grace_s,
         )
 
@@ -114,9 +147,7 @@ class Sidecar:
         try:
             if self.rtb is not None:
                 await self.rtb.start()
-            self._server = await start_server(
-                self.app.handle, self._host, self._requested_port, limits=self.limits()
-            )
+            self._server = await self._listen()
         except BaseException:
             await self._close_owned()
             raise
@@ -129,7 +160,69 @@ class Sidecar:
                 "max_in_flight": self.config.max_in_flight,
             },
         )
+        if self._host in ("0.0.0.0", "::", ""):
+            logger.warning(
+                "sidecar listening on all interfaces, not only loopback",
+                extra={"listen": f"{self._host or '0.0.0.0'}:{self.port}"},
+            )
         return self
+
+    async def _listen(self) -> Server:
+        host, port = self._host, self._requested_port
+        try:
+            return await start_server(
+                self.handle, host, port, limits=self.limits(), reuse_port=self._reuse_port
+            )
+        except OSError as exc:  # taken port, address not on this host, unknown name
+            raise ConfigError(f"cannot listen on {host}:{port}: {os_reason(exc)}") from None
+
+    # -- requests -------------------------------------------------------------
+
+    def handle(self, request: Request) -> Awaitable[Response | StreamingResponse]:
+        """The server's handler: lifecycle paths here, everything else to the app.
+
+        A plain function returning the app's coroutine: an invocation (a
+        POST) pays one call and one string comparison, not a coroutine frame.
+        """
+        if request.method != "POST" and request.path in _OWN_PATHS:
+            return self._own(request)
+        return self._app_handle(request)
+
+    async def _own(self, request: Request) -> Response | StreamingResponse:
+        path = request.path
+        if request.method not in ("GET", "HEAD"):
+            return await self._app_handle(request)  # the app's 404, as for any other
+        if path == "/livez":
+            return Response(200, (_JSON,), b'{"status":"ok"}')
+        if path == "/readyz":
+            return self._readiness()
+        if self.metrics_exposition is not None:
+            body = await self.metrics_exposition()
+            return Response(200, (("Content-Type", CONTENT_TYPE_LATEST),), body)
+        return await self._app_handle(request)
+
+    def not_ready_reasons(self) -> list[str]:
+        """Why ``/readyz`` answers 503 (empty: ready)."""
+        reasons: list[str] = []
+        if not self.app.started:
+            reasons.append("not serving")
+        if self.draining:
+            reasons.append("draining")
+        if not _credentials_loaded(self.gateway):
+            reasons.append("credentials not loaded")
+        reasons.extend(
+            f"route {name!r} has no healthy target"
+            for name, healthy in sorted(self.gateway.route_health().items())
+            if not healthy
+        )
+        return reasons
+
+    def _readiness(self) -> Response:
+        reasons = self.not_ready_reasons()
+        if reasons:
+            body = orjson.dumps({"status": "not ready", "reasons": reasons})
+            return Response(503, (_JSON,), body)
+        return Response(200, (_JSON,), b'{"status":"ready"}')
 
     async def close(self, grace: float | None = None) -> None:
         """Stop accepting, let in-flight calls finish (within ``grace``), then close."""
@@ -164,6 +257,19 @@ class Sidecar:
         return SidecarProcess.start(config, listen, args, env)
 
 
+def _credentials_loaded(gateway: Gateway) -> bool:
+    # The gateway resolves credentials in start() and refuses to start without
+    # them; this sees them expire (or a gateway that was never started).
+    source = getattr(gateway, "_credentials", None)
+    if source is None:
+        return False
+    try:
+        source.current()
+    except Exception:
+        return False
+    return True
+
+
 def _as_gateway(source: GatewaySource) -> Gateway:
     if isinstance(source, Gateway):
         return source
@@ -181,15 +287,7 @@ def load_gateway_config(source: Mapping[str, Any] | str | Path) -> GatewayConfig
 
 def _read_mapping(path: Path) -> dict[str, Any]:
     if path.suffix != ".json":
-        import tomllib
-
-        try:
-            with open(path, "rb") as handle:
-                return tomllib.load(handle)
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+        return load_toml(path)
     try:
         data = orjson.loads(path.read_bytes())
     except OSError as exc:
@@ -278,6 +376,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m gateway sidecar",
         description="The SageMaker Runtime API on a local port, answered through the gateway.",
+        epilog="Every key of --config can also be set by a SAGEMAKER_GATEWAY__<SECTION>__<KEY> "
+        "environment variable (flag > environment > file > default).",
     )
     parser.add_argument("--listen", help="HOST:PORT (default: sidecar.listen, 127.0.0.1:8081)")
     parser.add_argument("--config", help="the gateway's TOML (or JSON) file, with [sidecar]")
@@ -286,16 +386,32 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--region", help="AWS region of the upstream")
     parser.add_argument("--redis", help="Redis URL of the shared prediction cache")
+    parser.add_argument(
+        "--workers",
+        help="worker processes sharing the port, or 'auto' for one per usable core "
+        "(default: sidecar.workers, 1)",
+    )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
+    parser.add_argument(
+        "--access-log",
+        action="store_true",
+        help="one JSON line per request on stderr (sidecar.access_log; sampled by "
+        "sidecar.access_log_sample)",
+    )
     return parser
 
 
-def _command_config(args: argparse.Namespace) -> tuple[GatewayConfig, SidecarConfig]:
+def _command_config(
+    args: argparse.Namespace, environ: Mapping[str, str]
+) -> tuple[GatewayConfig, SidecarConfig]:
     mapping: dict[str, Any] = _read_mapping(Path(args.config)) if args.config else {}
+    overlay = apply_environment(mapping, environ)
+    mapping = overlay.mapping
     if len(args.upstream) > 1:
         raise ConfigError(
             "--upstream: give one URL; several upstreams are targets of [routes.*] in --config"
         )
+    # Flags last: they win over the environment and the file.
     if args.upstream:
         mapping["endpoint_url"] = args.upstream[0]
     if args.region:
@@ -306,31 +422,77 @@ def _command_config(args: argparse.Namespace) -> tuple[GatewayConfig, SidecarCon
             **(cache if isinstance(cache, Mapping) else {}),
             "redis_url": args.redis,
         }
-    gateway_config = GatewayConfig.from_mapping(mapping)
-    sidecar_config = SidecarConfig.from_mapping(gateway_config.sections.get("sidecar", {}))
-    if "rtb" in gateway_config.sections:  # validated now: a bad key fails before listening
-        RtbConfig.from_mapping(gateway_config.sections["rtb"])
+    sidecar_flags: dict[str, Any] = {}
+    if args.listen is not None:
+        parse_listen(args.listen, "--listen")  # a bad flag is named as the flag
+        sidecar_flags["listen"] = args.listen
+    if args.workers is not None:
+        sidecar_flags["workers"] = parse_workers(args.workers)
+    if sidecar_flags:
+        sidecar = mapping.get("sidecar", {})
+        mapping["sidecar"] = {**(sidecar if isinstance(sidecar, Mapping) else {}), **sidecar_flags}
+    try:
+        gateway_config = GatewayConfig.from_mapping(mapping)
+        sidecar_config = SidecarConfig.from_mapping(gateway_config.sections.get("sidecar", {}))
+        if args.access_log:
+            sidecar_config = dataclasses.replace(sidecar_config, access_log=True)
+        if "rtb" in gateway_config.sections:  # validated now: a bad key fails before listening
+            RtbConfig.from_mapping(gateway_config.sections["rtb"])
+        # The sidecar builds its Gateway from this config: build one now (not
+        # started) so the route and cache sections are checked before listening.
+        Gateway(config=gateway_config)
+    except ConfigError as error:
+        raise explain(error, overlay.sources) from None
     return gateway_config, sidecar_config
 
 
-async def _serve(gateway_config: GatewayConfig, config: SidecarConfig, listen: str) -> int:
+async def _serve(
+    gateway_config: GatewayConfig,
+    config: SidecarConfig,
+    listen: str,
+    worker: WorkerContext | None = None,
+) -> int:
     host, port = parse_listen(listen)
-    stop = asyncio.Event()
+    signals: asyncio.Queue[signal.Signals] = asyncio.Queue()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    sidecar = Sidecar(gateway_config, host, port, config=config)
+        loop.add_signal_handler(signum, signals.put_nowait, signum)
+    sidecar = Sidecar(gateway_config, host, port, config=config, reuse_port=worker is not None)
     await sidecar.start()
     try:
+        if worker is not None:
+            await worker.start(lambda: generate_latest(sidecar.app.registry))
+            sidecar.metrics_exposition = worker.exposition
         # Everything long-lived is loaded now (gateway, RTB filter, server):
         # frozen before the ready line, so before any client's traffic.
         tune_process_gc(sidecar)
         print(f"{_READY_PREFIX}{sidecar.url}", flush=True)
-        await stop.wait()
+        received = await signals.get()
+        if received == signal.SIGTERM and config.drain_s > 0:
+            await _drain(sidecar, config.drain_s, signals)
         logger.info("shutting down", extra={"in_flight": sidecar.app.in_flight})
     finally:
         await sidecar.close()
+        if worker is not None:
+            await worker.close()
     return 0
+
+
+async def _drain(sidecar: Sidecar, seconds: float, signals: asyncio.Queue[signal.Signals]) -> None:
+    """Not ready, still serving, for ``seconds``: callers and load balancers move away.
+
+    SIGINT (an operator's Ctrl-C) ends the drain early; a repeated SIGTERM
+    does not (a supervisor or a container runtime may send it twice).
+    """
+    sidecar.draining = True
+    logger.info("draining", extra={"drain_s": seconds, "in_flight": sidecar.app.in_flight})
+
+    async def interrupted() -> None:
+        while await signals.get() != signal.SIGINT:
+            pass
+
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(interrupted(), seconds)
 
 
 def tune_process_gc(sidecar: Sidecar) -> GcTuning | None:
@@ -338,7 +500,7 @@ def tune_process_gc(sidecar: Sidecar) -> GcTuning | None:
 
     Only for a process the sidecar owns (``python -m gateway sidecar``); an
     in-process ``Sidecar`` leaves its host application's GC alone. The
-    frozen object count goes to /metrics (``sidecar_gc_frozen_objects``).
+    frozen object count goes to /metrics (``sagemaker_gateway_sidecar_gc_frozen_objects``).
     """
     config = sidecar.config
     if not config.gc_freeze and config.gc_thresholds is None:
@@ -358,25 +520,47 @@ def tune_process_gc(sidecar: Sidecar) -> GcTuning | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(list(argv) if argv is not None else None)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(arguments)
     configure_logging(args.log_level)
+    # OTEL_* variables (exporter, endpoint, sampler, service name) turn tracing on.
+    configure_from_environment()
     try:
-        gateway_config, config = _command_config(args)
-        listen = args.listen or config.listen
-        parse_listen(listen)
-        config.check_bind(parse_listen(listen)[0])
+        gateway_config, config = _command_config(args, os.environ)
+        listen = config.listen
+        host, port = parse_listen(listen)
+        config.check_bind(host)
     except ConfigError as exc:
         print(f"sidecar: {exc}", file=sys.stderr)
         return 2
+    worker = WorkerContext.from_environment()
+    if worker is not None:
+        worker.tag_logs()
+    count = resolve_worker_count(config.workers)
+    if worker is None and count > 1:
+        return _supervise(arguments, host, port, count)
     try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency off Windows
-        runner: Any = asyncio.run
-    else:
-        runner = uvloop.run
-    try:
-        code: int = runner(_serve(gateway_config, config, listen))
-    except ConfigError as exc:
+        code: int = _event_loop_runner()(_serve(gateway_config, config, listen, worker))
+    except ConfigError as exc:  # found at start: credentials, a taken port, ...
         print(f"sidecar: {exc}", file=sys.stderr)
         return 2
     return code
+
+
+def _supervise(arguments: list[str], host: str, port: int, count: int) -> int:
+    try:
+        sock = reserve_address(host, port)
+    except ConfigError as exc:
+        print(f"sidecar: {exc}", file=sys.stderr)
+        return 2
+    supervisor = Supervisor(arguments, sock, count, _READY_PREFIX)
+    return asyncio.run(supervisor.run())
+
+
+def _event_loop_runner() -> Callable[[Any], Any]:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency off Windows
+        return asyncio.run
+    runner: Callable[[Any], Any] = uvloop.run
+    return runner

@@ -25,20 +25,28 @@ def test_sidecar_load_quick_output_is_well_formed() -> None:
         "p50_us",
         "p99_us",
         "sidecar_cpu%",
+        "cpu_us_per_req",
         "errors",
     ]
     rows = [line.split() for line in lines[2:4]]
     assert [row[0] for row in rows] == ["1", "8"]
-    assert all(len(row) == 6 and all(re.fullmatch(r"\d+", v) for v in row) for row in rows)
-    assert all(row[5] == "0" for row in rows)  # no failed requests
+    assert all(len(row) == 7 for row in rows)
+    assert all(re.fullmatch(r"\d+", v) for row in rows for v in (*row[:5], row[6]))
+    assert all(re.fullmatch(r"\d+\.\d", row[5]) for row in rows)  # CPU us per request
+    assert all(row[6] == "0" for row in rows)  # no failed requests
     text = result.stdout
     assert re.search(r"^direct Gateway\.invoke p50: \d+ us", text, re.M)
     assert re.search(r"^sidecar adds -?\d+ us p50$", text, re.M)
     assert re.search(
-        r"^peak: \d+ req/s at concurrency \d+, sidecar CPU \d+% of one core$", text, re.M
+        r"^peak: \d+ req/s at concurrency \d+, sidecar CPU \d+% of one core, "
+        r"\d+\.\d us a request$",
+        text,
+        re.M,
     )
     report = json.loads(lines[-1])
     assert {level["concurrency"] for level in report["levels"]} == {1, 8}
+    peak = [lv for lv in report["levels"] if lv["concurrency"] == report["peak_concurrency"]]
+    assert report["peak_sidecar_cpu_us_per_request"] == peak[0]["sidecar_cpu_us_per_request"] > 0
     assert report["sidecar_adds_p50_us"] == round(
         report["sidecar_p50_us_at_1"] - report["direct_gateway_p50_us"], 1
     )

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from cache import CacheConfig, CacheConfigError
+from cache import CacheConfig, ConfigError
+from cache._target import redis_target
 
 
 def test_defaults() -> None:
@@ -16,7 +17,7 @@ def test_defaults() -> None:
     assert config.enabled
     assert config.circuit_failures == 5
     assert config.circuit_reset_s == 2.0
-    assert config.redis_target() is None
+    assert redis_target(config) is None
 
 
 def test_from_mapping_reads_a_toml_table() -> None:
@@ -25,7 +26,7 @@ def test_from_mapping_reads_a_toml_table() -> None:
     )
     assert config.ttl_s == 60
     assert config.effective_near_ttl_s == 5
-    target = config.redis_target()
+    target = redis_target(config)
     assert target is not None
     assert target.kind == "url"
 
@@ -33,27 +34,31 @@ def test_from_mapping_reads_a_toml_table() -> None:
 @pytest.mark.parametrize(
     ("mapping", "message"),
     [
-        ({"ttl_s": 0}, "cache.ttl_s: must be > 0"),
-        ({"ttl_s": -1.5}, "cache.ttl_s: must be > 0"),
+        ({"ttl_s": 0}, "cache.ttl_s: must be > 0, got 0"),
+        ({"ttl_s": -1.5}, "cache.ttl_s: must be > 0, got -1.5"),
         ({"ttl_s": "300"}, "cache.ttl_s: must be a number"),
-        ({"stale_grace_s": -1}, "cache.stale_grace_s: must be >= 0"),
+        ({"stale_grace_s": -1}, "cache.stale_grace_s: must be >= 0, got -1"),
         ({"near_max_entries": 1.5}, "cache.near_max_entries: must be an integer"),
-        ({"redis_prewarm": True}, "cache.redis_prewarm: must be an integer, not a boolean"),
-        ({"enabled": "yes"}, "cache.enabled: must be a boolean"),
+        ({"redis_prewarm": True}, "cache.redis_prewarm: must be an integer, got True"),
+        ({"enabled": "yes"}, "cache.enabled: must be true or false"),
         ({"ttl": 5}, "cache.ttl: unknown key"),
         ({"redis_url": "http://x"}, "cache.redis_url: scheme must be"),
         ({"cluster": "a:1"}, "cache.cluster: must be a list"),
+        ({"cluster": [1]}, "cache.cluster[0]: must be a non-empty string"),
         ({"cluster": ["nohost"]}, "cache.cluster: 'nohost' is not"),
         ({"cluster": ["a:1"], "redis_url": "redis://x"}, "cache.cluster: cannot be combined"),
-        ({"namespace": "a:b"}, "cache.namespace:"),
-        ({"redis_prewarm": 10, "redis_max_connections": 4}, "cache.redis_prewarm:"),
+        ({"namespace": "a:b"}, "cache.namespace: must be 1-64 characters"),
+        (
+            {"redis_prewarm": 10, "redis_max_connections": 4},
+            "cache.redis_prewarm: must be <= redis_max_connections",
+        ),
         ({"redis_url": "redis+sentinel://h:1"}, "cache.redis_url: sentinel form"),
     ],
 )
 def test_bad_values_name_the_key(mapping: dict[str, object], message: str) -> None:
-    with pytest.raises(CacheConfigError) as caught:
+    with pytest.raises(ConfigError) as caught:
         CacheConfig.from_mapping(mapping)
-    assert str(caught.value).startswith(message)
+    assert str(caught.value).startswith(f"config error at {message}")
     assert isinstance(caught.value, ValueError)
 
 
@@ -69,7 +74,7 @@ def test_sentinel_url_is_decoded() -> None:
     config = CacheConfig.from_mapping(
         {"redis_url": "redis+sentinel://:pw@10.0.0.1:26379,10.0.0.2:26380/cache-main/3"}
     )
-    target = config.redis_target()
+    target = redis_target(config)
     assert target is not None
     assert target.kind == "sentinel"
     assert target.sentinels == (("10.0.0.1", 26379), ("10.0.0.2", 26380))
@@ -81,11 +86,11 @@ def test_sentinel_url_is_decoded() -> None:
 
 def test_cluster_seeds() -> None:
     config = CacheConfig.from_mapping({"cluster": ["10.0.0.1:7000", "[::1]:7001"]})
-    target = config.redis_target()
+    target = redis_target(config)
     assert target is not None
     assert target.cluster_nodes == (("10.0.0.1", 7000), ("::1", 7001))
 
 
 def test_disabled_cache_has_no_redis() -> None:
     config = CacheConfig.from_mapping({"enabled": False, "redis_url": "redis://x:1"})
-    assert config.redis_target() is None
+    assert redis_target(config) is None

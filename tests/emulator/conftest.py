@@ -46,7 +46,7 @@ def boto_client() -> Iterator[ClientFactory]:
 
 def signed_headers(url: str, path: str, body: bytes, **extra: str) -> dict[str, str]:
     """Headers of a POST to ``url + path`` signed with the test credentials."""
-    from gateway._signing import Credentials, SigV4Signer, payload_sha256
+    from gateway._aws.sigv4 import Credentials, SigV4Signer, payload_sha256
 
     amz_date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     headers = {"host": url.removeprefix("http://"), "x-amz-date": amz_date}

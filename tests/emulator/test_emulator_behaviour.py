@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway._http_server import Request, Response, start_server
+from gateway._server.http import Request, Response, start_server
 from gateway.emulator import ConfigError, Emulator, EmulatorConfig
 from tests.emulator.conftest import ClientFactory, signed_headers
 
@@ -218,7 +218,7 @@ def test_config_validation_names_the_bad_key(tmp_path: Path) -> None:
         ({"seed": "x"}, "seed"),
     ]
     for data, key in cases:
-        with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        with pytest.raises(ConfigError, match="^config error at " + key.replace(".", r"\.")):
             EmulatorConfig.from_dict(data)
     toml = tmp_path / "emu.toml"
     toml.write_text(
@@ -264,3 +264,51 @@ def test_main_rejects_a_bad_config(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "endpoints.e.model.type" in result.stderr
+
+
+@pytest.mark.parametrize("listen", ["no-port", "127.0.0.1:65536"])
+def test_main_rejects_a_bad_listen_address(listen: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from gateway.emulator._emulator import main
+
+    assert main(["--listen", listen]) == 2
+    assert (
+        f"config error at --listen: expected HOST:PORT, got {listen!r}" in capsys.readouterr().err
+    )
+
+
+def test_a_config_reaches_a_child_process_unchanged() -> None:
+    # EmulatorProcess hands a config to its child as a file of the shape from_dict reads.
+    import dataclasses
+
+    import orjson
+
+    from gateway.emulator._emulator import _config_as_dict, _json_default
+
+    config = EmulatorConfig.from_dict(
+        {
+            "endpoints": {
+                "x": {"model": {"type": "xgboost", "path": "/m.json"}, "stream_parts": 5},
+                "c": {"model": {"type": "container", "url": "http://127.0.0.1:9"}},
+                "m": {
+                    "mme": {"allow_any": True, "max_loaded": 3},
+                    "variants": [{"name": "a", "weight": 2}, {"name": "b"}],
+                    "faults": {"error_rates": {"ModelError": 0.5}, "stall_ms": 7},
+                },
+            },
+            "auth": {"credentials": {"AKID": "secret"}, "required": False},
+            "seed": 9,
+        }
+    )
+    data = orjson.loads(orjson.dumps(_config_as_dict(config), default=_json_default))
+    again = EmulatorConfig.from_dict(data)
+    assert again.endpoints["x"].model.options["path"] == "/m.json"
+
+    def without_options(config: EmulatorConfig) -> dict[str, object]:
+        return {
+            name: dataclasses.replace(e, model=dataclasses.replace(e.model, options={}))
+            for name, e in config.endpoints.items()
+        }
+
+    assert without_options(again) == without_options(config)
+    assert dataclasses.replace(again, endpoints={}) == dataclasses.replace(config, endpoints={})
+    assert again.auth.credentials == {"AKID": "secret"}

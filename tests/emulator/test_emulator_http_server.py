@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from gateway._http_server import (
+from gateway._server.http import (
     AbortConnection,
     Request,
     Response,

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from botocore.exceptions import ClientError, EventStreamError
 
-from gateway._eventstream import EventStreamDecoder
+from gateway._aws.eventstream import EventStreamDecoder
 from gateway.emulator import Emulator, EmulatorConfig
 from tests.emulator.conftest import ClientFactory, signed_headers
 

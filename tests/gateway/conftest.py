@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 
 from gateway import Gateway
-from gateway._httpx_transport import HttpxTransport
-from gateway._transport import NativeTransport, TransportOptions
-from gateway._wire import Origin, PreparedRequest
+from gateway._http.httpx_transport import HttpxTransport
+from gateway._http.message import Origin
+from gateway._http.native import NativeTransport
+from gateway._http.options import PoolConfig
+from gateway._http.request import PreparedRequest
 from gateway.emulator import Emulator, EmulatorConfig
 from tests._faultproxy import FaultProxy
 
@@ -72,11 +74,11 @@ TransportFactory = Callable[..., AnyTransport]
 
 @pytest.fixture
 async def make_transport() -> AsyncIterator[TransportFactory]:
-    """``make_transport(kind, **TransportOptions)``; all are closed afterwards."""
+    """``make_transport(kind, **PoolConfig)``, no prewarm unless asked; all closed afterwards."""
     made: list[AnyTransport] = []
 
     def make(kind: str, **options: Any) -> AnyTransport:
-        opts = TransportOptions(**options)
+        opts = PoolConfig(**{"prewarm": 0, **options})
         transport: AnyTransport = (
             NativeTransport(opts) if kind == "native" else HttpxTransport(opts)
         )
@@ -98,7 +100,7 @@ def prepared(url: str, path: str = "/x", body: bytes = b"", **headers: str) -> P
 # -- leak checks ----------------------------------------------------------------
 
 # Tasks that belong to servers started by the tests, not to the client under test.
-_SERVER_FILES = ("_http_server.py", "_faultproxy.py", "conftest.py", "emulator")
+_SERVER_FILES = ("_server/http.py", "_faultproxy.py", "conftest.py", "emulator")
 
 
 def client_tasks() -> list[asyncio.Task[Any]]:

@@ -42,3 +42,10 @@ def test_an_edited_source_makes_its_compiled_module_stale(
     assert _build.stale_modules() == []
     os.utime(source, (3_000_000, 3_000_000))
     assert _build.stale_modules() == ["stalepkg.hot"]
+
+
+def test_every_compiled_module_says_so_in_its_first_lines() -> None:
+    root = Path(__file__).resolve().parents[2]
+    for path in _build.HOT_PATH:
+        first_line = (root / path).read_text().splitlines()[0]
+        assert first_line.startswith("# Compiled with mypyc"), path

@@ -4,15 +4,18 @@ version tags, and failing open when Redis dies, against the emulator and real Re
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from redis.asyncio import Redis
 
 from gateway import Gateway, errors
 from gateway.emulator import Emulator, EmulatorConfig
 from tests._redis_procs import RedisServer, shared_redis_available
+from tests.cache._cache_support import faulty_writer_entry
 
 
 @pytest.fixture
@@ -178,3 +181,87 @@ async def test_routes_set_cache_defaults(emulator: Emulator) -> None:
         assert (await gw.invoke("short", b"s")).cache == "stale"
     # 2 uncached, 1 fill on "uncached", 1 on "short" (+ the stale entry's refresh)
     assert emulator.stats.count(endpoint="echo") >= 4
+
+
+async def test_header_values_holding_a_separator_never_share_a_cached_answer(
+    emulator: Emulator,
+) -> None:
+    # Header values may hold \x1f; a key that joined the parts with it made
+    # these two calls one key, and the second got the first's answer.
+    async with _gateway(emulator, _cache()) as gw:
+        first = await gw.invoke("echo", b"same", custom_attributes="x\x1fy")
+        second = await gw.invoke(
+            "echo", b"same", custom_attributes="x", target_container_hostname="y\x1f"
+        )
+    assert (second.cache, second.custom_attributes) == (None, "x")
+    assert first.custom_attributes != second.custom_attributes
+    assert emulator.stats.count(endpoint="echo") == 2
+
+
+@pytest.mark.parametrize("content_type", ["text/csv\r\nx-injected: 1", "text/csv\rx-injected: 1"])
+async def test_a_cached_content_type_that_would_inject_a_header_is_not_served(
+    emulator: Emulator, redis_url: str, content_type: str
+) -> None:
+    async with _gateway(emulator, _cache(redis_url)) as gw:
+        cache = gw.prediction_cache
+        assert cache is not None
+        key = cache.key_for("echo", None, None, "text/csv", None, None, b"1,2")
+        now = time.time()
+        async with Redis.from_url(redis_url) as raw:
+            await raw.set(key, faulty_writer_entry(b"0.99", content_type, now, now + 60), ex=60)
+
+        result = await gw.invoke("echo", b"1,2", content_type="text/csv")
+
+        assert (result.cache, result.body, result.content_type) == (None, b"1,2", "text/csv")
+        assert cache.stats.corrupt_entries == 1
+
+
+async def test_a_version_bump_in_one_gateway_reaches_another_through_redis(
+    emulator: Emulator, redis_url: str
+) -> None:
+    # Redis answers may take long on a busy machine: only the version tag may cause a miss.
+    shared = _cache(redis_url, version_ttl_s=0.2, redis_socket_timeout_ms=2000)
+    async with _gateway(emulator, shared) as first, _gateway(emulator, shared) as second:
+        await first.invoke("echo", b"v", content_type="text/csv")
+        await first.prediction_cache.flush_writes()  # type: ignore[union-attr]
+        assert (await second.invoke("echo", b"v", content_type="text/csv")).cache == "redis"
+        assert (await second.invoke("echo", b"v", content_type="text/csv")).cache == "near"
+
+        first.set_cache_version("echo", "model-v2")  # only the first process is told
+        await first.prediction_cache.flush_writes()  # type: ignore[union-attr]
+        await asyncio.sleep(0.3)  # past the second's version_ttl_s
+
+        after = await second.invoke("echo", b"v", content_type="text/csv")
+        assert after.cache is None  # a miss under the new tag, not the old answer
+        await second.prediction_cache.flush_writes()  # type: ignore[union-attr]
+        assert (await first.invoke("echo", b"v", content_type="text/csv")).cache != "near"
+    assert emulator.stats.count(endpoint="echo") == 2
+
+
+async def test_a_version_set_before_start_is_published_at_the_first_call(
+    emulator: Emulator, redis_url: str
+) -> None:
+    shared = _cache(redis_url, version_ttl_s=60, redis_socket_timeout_ms=2000)
+    early = _gateway(emulator, shared)
+    early.set_cache_version("echo", "v7")
+    async with early, _gateway(emulator, shared) as other:
+        await early.invoke("echo", b"x")
+        await early.prediction_cache.flush_writes()  # type: ignore[union-attr]
+        assert (await other.invoke("echo", b"x")).cache == "redis"  # same tag, same key
+        other.set_cache_version("echo", "v8")
+        assert (await other.invoke("echo", b"x")).cache is None
+
+
+async def test_version_tags_fail_open_when_redis_is_gone(emulator: Emulator) -> None:
+    with RedisServer.running() as redis_server:
+        config = _cache(redis_server.url, version_ttl_s=0.05, circuit_failures=1)
+        async with _gateway(emulator, config) as gw:
+            await gw.invoke("echo", b"k")
+            redis_server.kill()
+            gw.set_cache_version("echo", "after-outage")
+            for _ in range(3):
+                await asyncio.sleep(0.06)
+                result = await gw.invoke("echo", b"k", timeout=2)
+                assert result.body == b"k"
+            # The local bump held although Redis never took it: the old answer is gone.
+    assert emulator.stats.count(endpoint="echo") == 2

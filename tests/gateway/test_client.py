@@ -14,7 +14,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError, EventStreamError
 
 from gateway import Gateway, errors
-from gateway._http_server import Request, Response, start_server
+from gateway._server.http import Request, Response, start_server
 from gateway.emulator import Emulator
 from tests.gateway.conftest import ACCESS_KEY, SECRET_KEY, TRANSPORTS, gateway_for
 

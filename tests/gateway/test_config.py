@@ -48,14 +48,14 @@ anything = "validated by the cache"
     assert config.region == "eu-west-1" and config.transport == "httpx"
     assert config.use_fips_endpoint and config.default_timeout_ms == 25.5
     assert config.credentials is not None and config.credentials.token == "toml-token"
-    options = config.pool.transport_options()
+    options = config.pool
     assert (options.max_connections, options.prewarm) == (8, 4)
     assert (options.connect_timeout, options.read_timeout, options.pool_timeout) == (
         0.1,
         0.2,
         0.005,
     )
-    assert (options.keepalive_idle, options.keepalive_interval, options.keepalive_count) == (
+    assert (options.keepalive_idle_s, options.keepalive_interval_s, options.keepalive_count) == (
         10,
         2,
         5,
@@ -122,7 +122,7 @@ anything = "validated by the cache"
 def test_every_key_validated(mapping: dict[str, Any], key: str) -> None:
     with pytest.raises(ConfigError) as caught:
         GatewayConfig.from_mapping(mapping)
-    assert str(caught.value).startswith(key)
+    assert str(caught.value).startswith(f"config error at {key}:")
 
 
 def test_bad_toml_and_missing_file(tmp_path: Path) -> None:
@@ -151,13 +151,13 @@ def test_the_constructor_validates_too(arguments: dict[str, Any], key: str | Non
         return
     with pytest.raises(ConfigError) as caught:
         Gateway(endpoint_url="http://127.0.0.1:1", credentials=("a", "b"), **arguments)
-    assert str(caught.value).startswith(key)
+    assert str(caught.value).startswith(f"config error at {key}:")
 
 
 def test_pool_config_built_directly_is_checked() -> None:
-    with pytest.raises(ConfigError, match=r"^pool\.max_connections"):
+    with pytest.raises(ConfigError, match=r"^config error at pool\.max_connections: must be >= 1"):
         PoolConfig(max_connections=0)
-    with pytest.raises(ConfigError, match=r"^pool\.prewarm"):
+    with pytest.raises(ConfigError, match=r"^config error at pool\.prewarm: must not exceed"):
         PoolConfig(max_connections=2, prewarm=3)
 
 

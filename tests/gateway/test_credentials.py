@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import pytest
 
 from gateway import Gateway, errors
+from gateway._aws.sigv4 import Credentials
+from gateway._config import GatewayConfig
 from gateway._credentials import CredentialSource
-from gateway._signing import Credentials
 from gateway.emulator import Emulator
 from tests.gateway.conftest import (
     ACCESS_KEY,
@@ -264,3 +267,113 @@ async def test_invoke_waits_in_the_mandatory_window(emulator: Emulator) -> None:
         assert (await gateway.invoke("echo", b"abc")).body == b"abc"
 
     await _mandatory_case(emulator, call)
+
+
+# -- windows that scale with the credentials' lifetime ---------------------------
+
+
+async def test_five_minute_credentials_never_make_a_call_wait(
+    sources: Callable[..., CredentialSource],
+) -> None:
+    clock = Clock()
+    fetcher = Fetcher(clock, ttl=300)
+    source = sources(fetcher, clock)  # default windows
+    await source.start()
+    assert source.windows == (150.0, 75.0)  # half and a quarter of 5 minutes
+    assert source.must_wait() is False  # fixed 10-minute windows said True here
+
+    clock.now += 160  # 140 s left: the background refresh starts ...
+    fetcher.gate = threading.Event()
+    assert source.must_wait() is False
+    await wait_for(lambda: fetcher.calls == 2)
+    # ... and while it is stuck in its thread, calls sign with what they have.
+    assert (await asyncio.wait_for(source.fresh(), 1.0)).access_key == "AKID1"
+    fetcher.gate.set()
+    await wait_for(lambda: source.current().access_key == "AKID2")
+    assert source.must_wait() is False and source.windows == (150.0, 75.0)
+
+
+async def test_long_lived_credentials_keep_botocores_windows(
+    sources: Callable[..., CredentialSource],
+) -> None:
+    clock = Clock()
+    source = sources(Fetcher(clock, ttl=3600), clock)
+    await source.start()
+    assert source.windows == (900.0, 600.0)
+
+
+async def test_windows_given_explicitly_are_used_as_given(
+    sources: Callable[..., CredentialSource],
+) -> None:
+    clock = Clock()
+    fetcher = Fetcher(clock, ttl=300)
+    source = sources(fetcher, clock, advisory_s=60.0, mandatory_s=20.0)
+    await source.start()
+    assert source.windows == (60.0, 20.0)
+    clock.now += 200  # 100 s left: outside a 60 s advisory window
+    assert source.must_wait() is False
+    await asyncio.sleep(0.05)
+    assert fetcher.calls == 1
+
+
+async def test_the_same_credentials_again_do_not_shrink_the_windows(
+    sources: Callable[..., CredentialSource],
+) -> None:
+    clock = Clock()
+    expiry = clock.now + 300
+
+    def same() -> Credentials:
+        return Credentials("AKIDSAME", "secret", None, expiry)
+
+    source = sources(same, clock)
+    await source.start()
+    clock.now += 200  # a refresh hands back the same credentials, 100 s left
+    await source.fresh()
+    await wait_for(lambda: source.refreshes == 2)
+    assert source.windows == (150.0, 75.0)
+
+
+def test_credential_windows_are_config_keys() -> None:
+    config = GatewayConfig.from_mapping(
+        {"credential_refresh_advisory_s": 120, "credential_refresh_mandatory_s": 30}
+    )
+    assert (config.credential_refresh_advisory_s, config.credential_refresh_mandatory_s) == (
+        120.0,
+        30.0,
+    )
+    with pytest.raises(errors.ConfigError, match="credential_refresh_mandatory_s: must not"):
+        GatewayConfig.from_mapping(
+            {"credential_refresh_advisory_s": 10, "credential_refresh_mandatory_s": 30}
+        )
+    with pytest.raises(errors.ConfigError, match="credential_refresh_advisory_s: must be a"):
+        GatewayConfig.from_mapping({"credential_refresh_advisory_s": "soon"})
+
+
+_CREDENTIAL_PROCESS = """\
+import datetime, json, pathlib, sys
+runs = pathlib.Path(sys.argv[1])
+runs.write_text(str(int(runs.read_text() or 0) + 1) if runs.exists() else "1")
+expiry = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=5)
+print(json.dumps({{"Version": 1, "AccessKeyId": "{access}", "SecretAccessKey": "{secret}",
+                  "Expiration": expiry.isoformat()}}))
+"""
+
+
+async def test_a_gateway_on_five_minute_role_credentials_does_not_refresh_per_call(
+    emulator: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # botocore's provider chain, through a credential_process handing out
+    # 5-minute credentials: the kind an assumed role with a short session gives.
+    script = tmp_path / "issue.py"
+    script.write_text(_CREDENTIAL_PROCESS.format(access=ACCESS_KEY, secret=SECRET_KEY))
+    runs = tmp_path / "runs"
+    config = tmp_path / "config"
+    config.write_text(f"[default]\ncredential_process = {sys.executable} {script} {runs}\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+
+    async with Gateway("us-east-1", endpoint_url=emulator.url) as gateway:
+        issued_at_start = int(runs.read_text())
+        for _ in range(20):
+            assert (await gateway.invoke("echo", b"abc", timeout=5)).body == b"abc"
+        # No call went back to the provider: none waited for a refresh.
+        assert int(runs.read_text()) == issued_at_start

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from gateway import Gateway, errors
-from gateway._transport import TransportStats
-from gateway._wire import Origin, PreparedRequest, RawResponse
+from gateway._http.interfaces import TransportStats
+from gateway._http.message import Origin, RawResponse
+from gateway._http.request import PreparedRequest
 
 # -- resolution --------------------------------------------------------------
 
@@ -88,3 +89,108 @@ async def test_endpoint_url_from_the_environment(monkeypatch: pytest.MonkeyPatch
 async def test_no_region_is_a_config_error() -> None:
     with pytest.raises(errors.ConfigError, match="region"):
         await resolved_url()
+
+
+# -- the same host as boto3, in the same environment ------------------------------
+
+_PROFILE_FILE = """
+[default]
+region = us-east-1
+
+[profile fips]
+region = us-east-1
+use_fips_endpoint = true
+
+[profile dual]
+region = eu-west-1
+use_dualstack_endpoint = true
+
+[profile configured]
+region = us-east-1
+endpoint_url = http://from-profile.example:7000
+"""
+
+
+def boto3_url(region: str | None, profile: str | None, **config: Any) -> str:
+    import boto3
+    from botocore.config import Config
+
+    session = boto3.session.Session(profile_name=profile)
+    client = session.client(
+        "sagemaker-runtime",
+        region_name=region,
+        aws_access_key_id="a",
+        aws_secret_access_key="b",
+        config=Config(**config),
+    )
+    try:
+        return str(client.meta.endpoint_url)
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(
+    ("environment", "region", "profile", "config"),
+    [
+        ({"AWS_USE_FIPS_ENDPOINT": "true"}, "us-east-1", None, {}),
+        ({"AWS_USE_DUALSTACK_ENDPOINT": "true"}, "us-west-2", None, {}),
+        (
+            {"AWS_USE_FIPS_ENDPOINT": "true", "AWS_USE_DUALSTACK_ENDPOINT": "true"},
+            "us-east-1",
+            None,
+            {},
+        ),
+        ({}, None, "fips", {}),
+        ({}, None, "dual", {}),
+        ({"AWS_PROFILE": "fips"}, None, None, {}),
+        ({}, "us-east-1", "fips", {"use_fips_endpoint": False}),  # the caller said so
+        ({"AWS_USE_FIPS_ENDPOINT": "true"}, "us-east-1", None, {"use_fips_endpoint": False}),
+        ({}, "us-east-1", None, {"use_fips_endpoint": True, "use_dualstack_endpoint": True}),
+        ({"AWS_ENDPOINT_URL": "http://general.example:8080"}, "us-east-1", None, {}),
+        (
+            {
+                "AWS_ENDPOINT_URL": "http://general.example:8080",
+                "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS": "true",
+            },
+            "us-east-1",
+            None,
+            {},
+        ),
+        ({}, None, "configured", {}),
+        ({"AWS_IGNORE_CONFIGURED_ENDPOINT_URLS": "true"}, None, "configured", {}),
+        ({}, None, "configured", {"ignore_configured_endpoint_urls": True}),
+        (
+            {"AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": "http://specific.example:9090"},
+            "us-east-1",
+            None,
+            {"ignore_configured_endpoint_urls": True},
+        ),
+        ({}, "cn-north-1", None, {}),
+        ({"AWS_USE_DUALSTACK_ENDPOINT": "true"}, "cn-northwest-1", None, {}),
+        ({}, "us-gov-west-1", None, {}),
+        ({"AWS_USE_FIPS_ENDPOINT": "true"}, "us-gov-west-1", None, {}),
+        ({"AWS_USE_FIPS_ENDPOINT": "true"}, "us-gov-east-1", None, {}),
+    ],
+)
+async def test_the_host_boto3_resolves(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Any,
+    environment: dict[str, str],
+    region: str | None,
+    profile: str | None,
+    config: dict[str, bool],
+) -> None:
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    config_file = tmp_path / "config"
+    config_file.write_text(_PROFILE_FILE)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config_file))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    expected = boto3_url(region, profile, **config)
+    ours = await resolved_url(region=region, profile=profile, **config)
+    assert ours == expected.rstrip("/")

@@ -11,7 +11,7 @@ from botocore.eventstream import EventStreamBuffer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway._eventstream import (
+from gateway._aws.eventstream import (
     EventStreamDecoder,
     EventStreamError,
     HeaderValue,
@@ -254,3 +254,25 @@ def test_garbage_never_hangs_or_crashes(data: bytes) -> None:
     except EventStreamError:
         return
     assert decoder.buffered <= max(len(data), 0)
+
+
+def test_messages_before_a_corrupt_one_are_delivered_then_it_raises() -> None:
+    decoder = EventStreamDecoder()
+    damaged = bytearray(PAYLOAD_MESSAGE)
+    damaged[-1] ^= 0x01  # the message CRC
+    messages = decoder.feed(PAYLOAD_MESSAGE + bytes(damaged))
+    assert len(messages) == 1
+    with pytest.raises(EventStreamError, match="CRC"):
+        decoder.end()
+    with pytest.raises(EventStreamError):
+        decoder.feed(PAYLOAD_MESSAGE)
+
+
+def test_end_refuses_a_stream_stopped_mid_message() -> None:
+    decoder = EventStreamDecoder()
+    assert decoder.feed(PAYLOAD_MESSAGE + PAYLOAD_MESSAGE[:-3]) != []
+    with pytest.raises(EventStreamError, match="unfinished message"):
+        decoder.end()
+    complete = EventStreamDecoder()
+    complete.feed(PAYLOAD_MESSAGE)
+    complete.end()  # a whole stream ends quietly

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gateway import Gateway, errors
-from gateway._transport import NativeTransport
+from gateway._http.native import NativeTransport
 from gateway.emulator import Emulator
 from tests._faultproxy import FaultProxy
 from tests.gateway.conftest import TRANSPORTS, client_tasks, gateway_for

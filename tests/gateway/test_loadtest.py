@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway import Gateway, errors, loadtest
+from gateway import Gateway, errors
 from gateway.emulator import Emulator, EmulatorConfig
-from gateway.loadtest import LoadTestResult, Stage, StageResult
+from gateway.tools import loadtest
+from gateway.tools.loadtest import LoadTestResult, Stage, StageResult
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 CREDENTIALS = ("AKIDLOADTESTTEST", "loadtest-test-secret")

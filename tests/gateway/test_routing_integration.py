@@ -172,6 +172,7 @@ async def test_a_slow_tail_is_hedged_away(emulator: Emulator) -> None:
         emulator.set_faults(name, stall_rate=0.1, stall_ms=300)
     route = _route("a", "b", hedge={"enabled": True, "max_extra_load": 0.25, "min_delay_ms": 2})
     async with _gateway(emulator, {"pair": route}) as gw:
+        gw.enable_metrics()
         results = []
         for _ in range(40):
             batch = [gw.invoke("pair", b"x", timeout=3) for _ in range(4)]
@@ -207,7 +208,7 @@ def _client_side(tasks: set[asyncio.Task[Any]]) -> set[asyncio.Task[Any]]:
     def server_side(task: asyncio.Task[Any]) -> bool:
         code = getattr(task.get_coro(), "cr_code", None)
         filename = code.co_filename if code is not None else ""
-        return "_http_server" in filename or "emulator" in filename
+        return "_server/http.py" in filename or "emulator" in filename
 
     return {task for task in tasks if not server_side(task)}
 

@@ -16,14 +16,14 @@ from botocore.credentials import Credentials as BotoCredentials
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway._signing import (
+from gateway._api import check_header_value
+from gateway._aws.sigv4 import (
     Credentials,
     SigV4Signer,
     canonical_query,
     parse_authorization,
     payload_sha256,
 )
-from gateway._wire import check_header_value
 
 SAGEMAKER_HEADERS = (
     "x-amzn-sagemaker-custom-attributes",

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
-import ipaddress
 import socket
 import ssl
 import time
@@ -13,14 +11,11 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
+from bench._stub import make_certificate
 from gateway import errors
-from gateway._transport import NativeTransport
-from gateway._wire import Origin
+from gateway._http.message import Origin
+from gateway._http.native import NativeTransport
 from gateway.emulator import Emulator
 from tests._faultproxy import FaultProxy
 from tests.gateway.conftest import (
@@ -256,7 +251,7 @@ async def test_idle_timeout_closes_idle_sockets(
     kind: str, make_transport: TransportFactory, stub_server: StartStub
 ) -> None:
     server = await stub_server(echo_reply)
-    transport = make_transport(kind, idle_timeout=0.1)
+    transport = make_transport(kind, idle_timeout_s=0.1)
     await asyncio.gather(*(transport.request(prepared(server.url), deadline()) for _ in range(3)))
     assert server.open_count >= 1
     for _ in range(200):
@@ -283,7 +278,7 @@ async def test_pool_limit_and_pool_timeout(
         return True
 
     server = await stub_server(held)
-    transport = make_transport(kind, max_connections=2, pool_timeout=0.1)
+    transport = make_transport(kind, max_connections=2, pool_timeout_ms=100)
     url = server.url
     busy = [
         asyncio.create_task(transport.request(prepared(url, "/hold"), deadline())) for _ in range(2)
@@ -313,7 +308,7 @@ async def test_pool_wait_bounded_by_the_deadline(
         return True
 
     server = await stub_server(held)
-    transport = make_transport(kind, max_connections=1, pool_timeout=30.0)
+    transport = make_transport(kind, max_connections=1, pool_timeout_ms=30000)
     busy = asyncio.create_task(transport.request(prepared(server.url), deadline()))
     await arrived(server, 1)
     started = time.monotonic()
@@ -358,7 +353,7 @@ def blackhole() -> Iterator[str]:
 
 
 async def test_connect_timeout(kind: str, make_transport: TransportFactory, blackhole: str) -> None:
-    transport = make_transport(kind, connect_timeout=0.2)
+    transport = make_transport(kind, connect_timeout_ms=200)
     started = time.monotonic()
     with pytest.raises(errors.ConnectTimeout):
         await transport.request(prepared(blackhole), deadline(10))
@@ -378,13 +373,13 @@ async def test_read_timeout_and_deadline(
         return True
 
     server = await stub_server(silent)
-    transport = make_transport(kind, read_timeout=0.1)
+    transport = make_transport(kind, read_timeout_ms=100)
     started = time.monotonic()
     with pytest.raises(errors.ReadTimeout):
         await transport.request(prepared(server.url, "/silent"), deadline(10))
     assert time.monotonic() >= started + 0.1  # never early
     await settle(transport, expected_open=0)
-    transport = make_transport(kind, read_timeout=10)
+    transport = make_transport(kind, read_timeout_ms=10000)
     call_deadline = deadline(0.1)
     with pytest.raises(errors.DeadlineExceeded):
         await transport.request(prepared(server.url, "/silent"), call_deadline)
@@ -423,48 +418,13 @@ async def test_cancelled_request_never_poisons_the_pool(
 # -- TLS ------------------------------------------------------------------------------
 
 
-def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_file, key_file
-
-
 async def test_tls_with_a_shared_context(
     kind: str, make_transport: TransportFactory, stub_server: StartStub, tmp_path: Path
 ) -> None:
-    cert_file, key_file = _self_signed(tmp_path)
-    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server_context.load_cert_chain(cert_file, key_file)
-    server = await stub_server(echo_reply, ssl=server_context)
+    certificate = make_certificate(tmp_path)
+    server = await stub_server(echo_reply, ssl=certificate.server_context())
 
-    client_context = ssl.create_default_context(cafile=str(cert_file))
+    client_context = ssl.create_default_context(cafile=certificate.cert_file)
     transport = make_transport(kind, ssl_context=client_context)
     await asyncio.gather(
         *(transport.request(prepared(server.url, body=b"tls"), deadline()) for _ in range(3))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from gateway._transport import _DeadlineWheel
+from gateway._http.native import _DeadlineWheel
 
 
 class _Recorder:

@@ -14,8 +14,8 @@ import time
 import pytest
 
 from gateway import errors
-from gateway._transport import NativeTransport
-from gateway._wire import Origin, RawResponse
+from gateway._http.message import Origin, RawResponse
+from gateway._http.native import NativeTransport
 from tests.gateway.conftest import StubRequest, StubServer, TransportFactory, prepared, response
 
 

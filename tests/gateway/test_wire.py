@@ -8,15 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway import MAX_PAYLOAD_BYTES, errors
-from gateway._wire import (
-    Origin,
-    RawResponse,
-    check_endpoint_name,
-    check_header_value,
-    check_payload,
-    decode_error,
-    encode_head,
-)
+from gateway._api import check_endpoint_name, check_header_value, check_payload, decode_error
+from gateway._http.message import Origin, RawResponse, encode_head
 from gateway.emulator import Emulator
 from tests._faultproxy import FaultProxy
 from tests.gateway.conftest import TRANSPORTS, gateway_for
@@ -345,11 +338,12 @@ def test_presigned_heads_equal_the_plain_signing(
     token: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The native transport's presigned heads carry exactly the plain path's headers."""
-    from gateway._signing import Credentials, SigV4Signer
-    from gateway._wire import PreparedRequest, RequestSigner, encode_head
+    from gateway._aws.sigv4 import Credentials, SigV4Signer
+    from gateway._http.message import encode_head
+    from gateway._http.request import PreparedRequest, RequestSigner
 
     now = [1_790_000_000.0]
-    monkeypatch.setattr("gateway._signing.time.time", lambda: now[0])
+    monkeypatch.setattr("gateway._aws.sigv4.time.time", lambda: now[0])
     current = [Credentials("AKID", "secret", token)]
     signer = RequestSigner(SigV4Signer("us-east-1"), lambda: current[0])
     origin = Origin.from_url("https://runtime.sagemaker.us-east-1.amazonaws.com")

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from gateway._aws.sigv4 import Credentials
 from gateway._credentials import CredentialSource
-from gateway._signing import Credentials
 from gateway.emulator import Emulator, EmulatorConfig
 from tests.gateway.conftest import ACCESS_KEY, SECRET_KEY, TRANSPORTS, gateway_for
 from tests.reliability.conftest import bounded, no_client_tasks, socket_fds, sockets_back_to
@@ -105,7 +105,9 @@ async def test_keys_expire_and_are_revoked_mid_run_without_failing_a_call(
 
     try:
         async with gateway_for(emulator.url, transport=kind) as gw:
-            gw._credentials = source  # before the first call binds the signer
+            # Before the first call binds the signer: the gateway waits on it,
+            # target plans sign with it.
+            gw._credentials = gw._targets.credentials = source
             revoking = asyncio.create_task(revoker())
             callers = [asyncio.create_task(caller(gw, n)) for n in range(8)]
             await asyncio.sleep(3 * LIFETIME_S)

@@ -21,15 +21,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway import errors
-from gateway._transport import (
-    MAX_RESPONSE_BYTES,
-    NativeTransport,
-    TransportOptions,
-    TransportStats,
-    _Connection,
-    _OriginPool,
-)
-from gateway._wire import Origin, PreparedRequest, RawResponse
+from gateway._http.interfaces import TransportStats
+from gateway._http.message import Origin, RawResponse
+from gateway._http.native import MAX_RESPONSE_BYTES, NativeTransport, _Connection, _OriginPool
+from gateway._http.options import PoolConfig
+from gateway._http.request import PreparedRequest
 
 
 class FakeSocketTransport:
@@ -58,7 +54,7 @@ class FakeSocketTransport:
 async def _drive(chunks: list[bytes], lose: bool = True) -> tuple[Any, FakeSocketTransport]:
     """Feed ``chunks`` as the response to one request; the waiter's outcome."""
     pool = _OriginPool(
-        Origin.from_url("http://127.0.0.1:9"), TransportOptions(), None, TransportStats()
+        Origin.from_url("http://127.0.0.1:9"), PoolConfig(prewarm=0), None, TransportStats()
     )
     connection = _Connection(pool)
     transport = FakeSocketTransport()
@@ -251,7 +247,7 @@ def test_a_scripted_server_over_a_real_socket(
     async def run() -> None:
         writers: list[asyncio.StreamWriter] = []
         server, port = await _serve_script(_split(prefix + data, cuts), close, writers)
-        transport = NativeTransport(TransportOptions(connect_timeout=1.0))
+        transport = NativeTransport(PoolConfig(prewarm=0, connect_timeout_ms=1000))
         origin = Origin.from_url(f"http://127.0.0.1:{port}")
         request = PreparedRequest(origin, "/x", "", [("host", origin.host_header)], b"", None)
         started = time.monotonic()

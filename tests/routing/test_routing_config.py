@@ -6,12 +6,12 @@ from typing import Any
 import pytest
 
 from routing import (
+    ConfigError,
     EjectionConfig,
     HealthCheckConfig,
     HedgeConfig,
     RetryConfig,
     RouteConfig,
-    RouteConfigError,
     Target,
     parse_routes,
 )
@@ -74,43 +74,53 @@ def test_health_check_body_string_becomes_bytes() -> None:
     [
         (
             {"hedge": {"max_extra_load": 1.5}},
-            "routes.bid-filter.hedge.max_extra_load: must be in (0, 1)",
+            "routes.bid-filter.hedge.max_extra_load: must be > 0 and < 1, got 1.5",
         ),
-        ({"hedge": {"max_extra_load": 0}}, "routes.bid-filter.hedge.max_extra_load: must be in"),
+        ({"hedge": {"max_extra_load": 0}}, "routes.bid-filter.hedge.max_extra_load: must be > 0"),
         ({"hedge": {"enabled": 1}}, "routes.bid-filter.hedge.enabled: must be true or false"),
         ({"hedge": {"refresh_s": 60}}, "routes.bid-filter.hedge.refresh_s: must be <= window_s"),
         ({"hedge": {"delay": 3}}, "routes.bid-filter.hedge.delay: unknown key"),
         ({"hedge": "fast"}, "routes.bid-filter.hedge: must be a table"),
-        ({"retry": {"max_attempts": 0}}, "routes.bid-filter.retry.max_attempts: must be >= 1"),
+        (
+            {"retry": {"max_attempts": 0}},
+            "routes.bid-filter.retry.max_attempts: must be >= 1, got 0",
+        ),
         ({"retry": {"max_attempts": 2.5}}, "routes.bid-filter.retry.max_attempts: must be an int"),
-        ({"retry": {"budget_ratio": -0.1}}, "routes.bid-filter.retry.budget_ratio: must be in"),
+        (
+            {"retry": {"budget_ratio": -0.1}},
+            "routes.bid-filter.retry.budget_ratio: must be between 0 and 1",
+        ),
         (
             {"retry": {"backoff_base_ms": 10, "backoff_max_ms": 5}},
             "routes.bid-filter.retry.backoff_max_ms: must be >= backoff_base_ms",
         ),
         (
             {"ejection": {"max_ejected_share": 2}},
-            "routes.bid-filter.ejection.max_ejected_share: must be in [0, 1]",
+            "routes.bid-filter.ejection.max_ejected_share: must be between 0 and 1, got 2",
         ),
         (
             {"ejection": {"consecutive_failures": 0}},
-            "routes.bid-filter.ejection.consecutive_failures: must be >= 1",
+            "routes.bid-filter.ejection.consecutive_failures: must be >= 1, got 0",
         ),
-        ({"ejection": {"jitter": 1}}, "routes.bid-filter.ejection.jitter: must be in [0, 1)"),
+        (
+            {"ejection": {"jitter": 1}},
+            "routes.bid-filter.ejection.jitter: must be >= 0 and < 1, got 1",
+        ),
         (
             {"health_check": {"interval_s": 0}},
-            "routes.bid-filter.health_check.interval_s: must be > 0",
+            "routes.bid-filter.health_check.interval_s: must be > 0, got 0",
         ),
-        ({"timeout_ms": 0}, "routes.bid-filter.timeout_ms: must be > 0"),
+        ({"timeout_ms": 0}, "routes.bid-filter.timeout_ms: must be > 0, got 0"),
         ({"timeout_ms": True}, "routes.bid-filter.timeout_ms: must be a number"),
-        ({"timeout_ms": float("inf")}, "routes.bid-filter.timeout_ms: must be finite"),
-        ({"mme_preferred": 0}, "routes.bid-filter.mme_preferred: must be >= 1"),
+        ({"timeout_ms": float("inf")}, "routes.bid-filter.timeout_ms: must be a finite number"),
+        ({"mme_preferred": 0}, "routes.bid-filter.mme_preferred: must be >= 1, got 0"),
         ({"balancer": "p2c"}, "routes.bid-filter.balancer: unknown key"),
-        ({"targets": []}, "routes.bid-filter.targets: must be a non-empty array"),
+        ({"targets": []}, "routes.bid-filter.targets: at least one target is required"),
+        ({"targets": "a"}, "routes.bid-filter.targets: must be a list"),
         ({"targets": [{"region": "x"}]}, "routes.bid-filter.targets[0].endpoint: required"),
         (
             {"targets": [{"endpoint": "a", "weight": 0}]},
-            "routes.bid-filter.targets[0].weight: must be > 0",
+            "routes.bid-filter.targets[0].weight: must be > 0, got 0",
         ),
         (
             {"targets": [{"endpoint": "a", "zone": "b"}]},
@@ -128,14 +138,14 @@ def test_health_check_body_string_becomes_bytes() -> None:
 )
 def test_validation_errors_name_the_bad_key(table: dict[str, Any], message: str) -> None:
     mapping: dict[str, Any] = {"targets": [{"endpoint": "a"}], **table}
-    with pytest.raises(RouteConfigError) as caught:
+    with pytest.raises(ConfigError) as caught:
         parse_routes({"bid-filter": mapping})
-    assert str(caught.value).startswith(message)
+    assert str(caught.value).startswith(f"config error at {message}")
 
 
 def test_config_error_is_a_value_error() -> None:
-    assert issubclass(RouteConfigError, ValueError)
-    with pytest.raises(ValueError, match=r"routes: must be a table"):
+    assert issubclass(ConfigError, ValueError)
+    with pytest.raises(ValueError, match=r"^config error at routes: must be a table"):
         parse_routes([])  # type: ignore[arg-type]
 
 
@@ -146,9 +156,9 @@ def test_configs_are_frozen() -> None:
 
 
 def test_direct_construction_rejects_values_that_would_break_routing() -> None:
-    with pytest.raises(RouteConfigError, match=r"Target.weight"):
+    with pytest.raises(ConfigError, match=r"^config error at target\.weight: must be > 0"):
         Target("a", weight=0)
-    with pytest.raises(RouteConfigError, match=r"HedgeConfig.max_extra_load"):
+    with pytest.raises(ConfigError, match=r"^config error at hedge\.max_extra_load: must be > 0"):
         HedgeConfig(max_extra_load=0)
-    with pytest.raises(RouteConfigError, match=r"routes.r.targets: at least one"):
+    with pytest.raises(ConfigError, match=r"^config error at routes\.r\.targets: at least one"):
         RouteConfig(name="r", targets=())

@@ -74,6 +74,9 @@ def namespace() -> str:
 
 
 def gateway(emulator: Emulator, **cache: Any) -> Gateway:
+    # A generous Redis deadline: these tests count hits, and a busy machine
+    # must not turn a slow MGET into a miss.
+    cache.setdefault("redis_socket_timeout_ms", 2000.0)
     return Gateway("us-east-1", endpoint_url=emulator.url, credentials=("AK", "SK"), cache=cache)
 
 

@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from gateway import Gateway
+from gateway._server.http import Server, start_server
 from gateway.emulator import Emulator, EmulatorConfig
+from gateway.rtb.bidder import ToyBidder
 from gateway.sidecar import Sidecar
 from tests._boto import ClientFactory, boto_clients
 
@@ -58,6 +60,17 @@ async def gateway(emulator: Emulator) -> AsyncIterator[Gateway]:
 async def sidecar(gateway: Gateway) -> AsyncIterator[Sidecar]:
     async with Sidecar(gateway, "127.0.0.1", 0) as running:
         yield running
+
+
+@pytest.fixture
+async def bidder() -> AsyncIterator[tuple[ToyBidder, Server]]:
+    """A toy ad server behind the OpenRTB proxy, on a free loopback port."""
+    toy = ToyBidder()
+    server = await start_server(toy.handle, "127.0.0.1", 0)
+    try:
+        yield toy, server
+    finally:
+        await server.close(grace=1.0)
 
 
 @pytest.fixture

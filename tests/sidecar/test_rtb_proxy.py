@@ -7,6 +7,7 @@ on everything it gets; `route_thresholds` picks keep-all (0.0) or drop-all
 
 from __future__ import annotations
 
+import gzip
 import socket
 from collections.abc import AsyncIterator
 from typing import Any
@@ -16,12 +17,14 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway._http_server import Server, start_server
+import gateway
+from gateway._server.http import Server
 from gateway.emulator import Emulator, EmulatorConfig
 from gateway.errors import ConfigError
 from gateway.rtb.bidder import ToyBidder
 from gateway.rtb.synth import sample_bodies
 from gateway.sidecar import RtbConfig, Sidecar
+from gateway.sidecar._rtb import BodyRefused, inflate
 
 PATH = "/openrtb2/auction"
 BODY = sample_bodies(1, seed=3)[0]
@@ -33,16 +36,6 @@ DROP = {"x-bid-filter-route": "drop-all"}
 async def rtb_emulator() -> AsyncIterator[Emulator]:
     async with Emulator(EmulatorConfig.default(seed=2)) as emu:
         yield emu
-
-
-@pytest.fixture
-async def bidder() -> AsyncIterator[tuple[ToyBidder, Server]]:
-    toy = ToyBidder()
-    server = await start_server(toy.handle, "127.0.0.1", 0)
-    try:
-        yield toy, server
-    finally:
-        await server.close(grace=1.0)
 
 
 def config(emulator_url: str, bidder_urls: list[str], **rtb: Any) -> dict[str, Any]:
@@ -76,7 +69,7 @@ async def metrics(http: httpx.AsyncClient) -> dict[str, float]:
     samples: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name.startswith("sidecar_rtb_"):
+            if sample.name.startswith("sagemaker_gateway_rtb_"):
                 label = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
                 samples[f"{sample.name}{{{label}}}" if label else sample.name] = sample.value
     return samples
@@ -115,8 +108,8 @@ async def test_bidder_no_bid_or_failure_answers_204(
     toy.status = 500
     assert (await proxy.post(PATH, content=BODY, headers=KEEP)).status_code == 204
     counters = await metrics(proxy)
-    assert counters["sidecar_rtb_bidder_responses_total{code=204}"] == 1
-    assert counters["sidecar_rtb_bidder_errors_total{reason=status}"] == 1
+    assert counters["sagemaker_gateway_rtb_bidder_responses_total{code=204}"] == 1
+    assert counters["sagemaker_gateway_rtb_bidder_errors_total{reason=status}"] == 1
 
 
 async def test_unreachable_bidder_answers_204(rtb_emulator: Emulator) -> None:
@@ -130,7 +123,9 @@ async def test_unreachable_bidder_answers_204(rtb_emulator: Emulator) -> None:
         answer = await http.post(PATH, content=BODY, headers=KEEP)
         assert answer.status_code == 204
         assert answer.headers["x-bid-filter-reason"] == "scored_keep"
-        assert (await metrics(http))["sidecar_rtb_bidder_errors_total{reason=transport}"] == 1
+        assert (await metrics(http))[
+            "sagemaker_gateway_rtb_bidder_errors_total{reason=transport}"
+        ] == 1
 
 
 @pytest.mark.parametrize(
@@ -147,7 +142,7 @@ async def test_malformed_bid_request_gets_400_with_the_reason(
     answer = await proxy.post(PATH, content=body, headers=KEEP)
     assert answer.status_code == 400
     assert message in answer.text
-    assert (await metrics(proxy))["sidecar_rtb_invalid_total"] == 1
+    assert (await metrics(proxy))["sagemaker_gateway_rtb_invalid_total"] == 1
 
 
 async def test_dead_model_fails_open_and_forwards(
@@ -166,12 +161,12 @@ async def test_metrics_counters_move(proxy: httpx.AsyncClient) -> None:
         await proxy.post(PATH, content=BODY, headers=DROP)
     await proxy.post(PATH, content=BODY, headers=KEEP)
     counters = await metrics(proxy)
-    assert counters["sidecar_rtb_dropped_total"] == 3
-    assert counters["sidecar_rtb_kept_total"] == 1
-    assert counters["sidecar_rtb_failed_open_total"] == 0
-    assert counters["sidecar_rtb_batch_size_count"] == 4  # one scoring call each
-    assert counters["sidecar_rtb_forward_duration_seconds_count"] == 1
-    assert counters["sidecar_rtb_bidder_responses_total{code=200}"] == 1
+    assert counters["sagemaker_gateway_rtb_dropped_total"] == 3
+    assert counters["sagemaker_gateway_rtb_kept_total"] == 1
+    assert counters["sagemaker_gateway_rtb_failed_open_total"] == 0
+    assert counters["sagemaker_gateway_rtb_batch_size_count"] == 4  # one scoring call each
+    assert counters["sagemaker_gateway_rtb_forward_duration_seconds_count"] == 1
+    assert counters["sagemaker_gateway_rtb_bidder_responses_total{code=200}"] == 1
 
 
 async def test_explore_and_shadow_from_config(
@@ -187,7 +182,7 @@ async def test_explore_and_shadow_from_config(
             assert answer.status_code == 200
             assert answer.headers["x-bid-filter-reason"] == reason
             counter = "shadowed" if reason == "shadow" else "explored"
-            assert (await metrics(http))[f"sidecar_rtb_{counter}_total"] == 1
+            assert (await metrics(http))[f"sagemaker_gateway_rtb_{counter}_total"] == 1
 
 
 async def test_sidecar_command_runs_proxy_mode(
@@ -218,10 +213,13 @@ async def test_sidecar_command_runs_proxy_mode(
         ({"bidders": ["http://b"], "path": "auction"}, "rtb.path"),
         ({"bidders": ["http://b"], "shadow": "yes"}, "rtb.shadow"),
         ({"bidders": ["http://b"], "tmax": 5}, "rtb.tmax"),
+        ({"bidders": ["http://b"], "tmax_margin_share": 1.0}, "rtb.tmax_margin_share"),
+        ({"bidders": ["http://b"], "tmax_margin_share": -0.1}, "rtb.tmax_margin_share"),
+        ({"bidders": ["http://b"], "max_inflated_bytes": 0}, "rtb.max_inflated_bytes"),
     ],
 )
 def test_config_errors_name_the_key(table: dict[str, Any], key: str) -> None:
-    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+    with pytest.raises(ConfigError, match="^config error at " + key.replace(".", r"\.")):
         RtbConfig.from_mapping(table)
 
 
@@ -235,11 +233,72 @@ def test_config_defaults_and_values() -> None:
         }
     )
     assert parsed.bidders == ("http://ads:8080/bid",)
-    assert (parsed.path, parsed.endpoint, parsed.threshold) == (
+    assert (parsed.path, parsed.endpoint, parsed.policy.threshold) == (
         "/openrtb2/auction",
         "bid-filter",
         0.01,
     )
     assert (parsed.max_wait_ms, parsed.max_batch, parsed.min_batch) == (0.5, 32, 4)
     assert RtbConfig.from_mapping({"bidders": ["http://b"]}).min_batch == 8
-    assert parsed.policy().segment_thresholds == {"format": {"video": 0.002}}
+    assert (parsed.tmax_margin_ms, parsed.tmax_margin_share) == (50.0, 0.5)
+    assert parsed.max_inflated_bytes == 1024 * 1024
+    assert parsed.policy.segment_thresholds == {"format": {"video": 0.002}}
+
+
+async def test_gzipped_bid_request_is_scored_and_forwarded_as_received(
+    proxy: httpx.AsyncClient, bidder: tuple[ToyBidder, Server]
+) -> None:
+    packed = gzip.compress(BODY)
+    headers = {**KEEP, "content-type": "application/json", "content-encoding": "gzip"}
+    kept = await proxy.post(PATH, content=packed, headers=headers)
+    assert kept.status_code == 200
+    assert kept.headers["x-bid-filter-reason"] == "scored_keep"
+    assert kept.json()["id"] == orjson.loads(BODY)["id"]
+    (forwarded,) = bidder[0].received
+    assert forwarded.body == packed and forwarded.headers["content-encoding"] == "gzip"
+    dropped = await proxy.post(PATH, content=packed, headers={**DROP, "content-encoding": "GZIP"})
+    assert dropped.status_code == 204 and dropped.headers["x-bid-filter-reason"] == "scored_drop"
+
+
+async def test_kept_requests_reach_the_bidder_through_the_native_keep_alive_client(
+    proxy: httpx.AsyncClient, bidder: tuple[ToyBidder, Server]
+) -> None:
+    for _ in range(3):
+        assert (await proxy.post(PATH, content=BODY, headers=KEEP)).status_code == 200
+    agents = {request.headers["user-agent"] for request in bidder[0].received}
+    assert len(bidder[0].received) == 3
+    assert agents == {f"sagemaker-gateway/{gateway.__version__}"}  # not python-httpx
+
+
+@pytest.mark.parametrize(
+    ("body", "encoding", "status", "message"),
+    [
+        # A zip bomb: 64 MiB of zeros in ~64 KiB, refused at the 1 MiB default.
+        (gzip.compress(bytes(64 * 1024 * 1024)), "gzip", 413, "inflates to more than 1048576"),
+        (b"{not gzip at all", "gzip", 400, "not gzip"),
+        (gzip.compress(BODY)[:-12], "gzip", 400, "truncated"),
+        (BODY, "br", 415, "not supported"),
+    ],
+    ids=["zip-bomb", "not-gzip", "truncated", "brotli"],
+)
+async def test_bodies_the_proxy_will_not_read_get_a_clear_4xx(
+    proxy: httpx.AsyncClient,
+    bidder: tuple[ToyBidder, Server],
+    body: bytes,
+    encoding: str,
+    status: int,
+    message: str,
+) -> None:
+    answer = await proxy.post(PATH, content=body, headers={**KEEP, "content-encoding": encoding})
+    assert answer.status_code == status
+    assert message in answer.text
+    assert bidder[0].received == []
+    assert (await metrics(proxy))["sagemaker_gateway_rtb_invalid_total"] == 1
+
+
+def test_inflate_joins_gzip_members_and_counts_them_against_the_limit() -> None:
+    members = gzip.compress(b"a" * 600) + gzip.compress(b"b" * 600)
+    assert inflate(members, 1200) == b"a" * 600 + b"b" * 600
+    with pytest.raises(BodyRefused) as refused:
+        inflate(members, 1000)
+    assert refused.value.status == 413

@@ -152,7 +152,7 @@ def test_config_defaults_and_full_table() -> None:
 def test_config_errors_name_the_key(table: dict[str, Any], key: str) -> None:
     with pytest.raises(ConfigError) as caught:
         SidecarConfig.from_mapping(table)
-    assert str(caught.value).startswith(key + ":")
+    assert str(caught.value).startswith(f"config error at {key}:")
 
 
 def test_secrets_are_redacted() -> None:

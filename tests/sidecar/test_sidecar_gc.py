@@ -40,13 +40,13 @@ def test_keys_from_toml() -> None:
     [
         ({"gc_freeze": 1}, "sidecar.gc_freeze", "true or false"),
         ({"gc_freeze": "yes"}, "sidecar.gc_freeze", "true or false"),
-        ({"gc_thresholds": [20000, 50]}, "sidecar.gc_thresholds", "three positive integers"),
-        ({"gc_thresholds": [0, 10, 10]}, "sidecar.gc_thresholds", "three positive integers"),
-        ({"gc_thresholds": [-1, 10, 10]}, "sidecar.gc_thresholds", "three positive integers"),
-        ({"gc_thresholds": [1.5, 10, 10]}, "sidecar.gc_thresholds", "three positive integers"),
-        ({"gc_thresholds": [True, 10, 10]}, "sidecar.gc_thresholds", "three positive integers"),
-        ({"gc_thresholds": [2**31, 10, 10]}, "sidecar.gc_thresholds", "at most 2147483647"),
-        ({"gc_thresholds": 700}, "sidecar.gc_thresholds", "three positive integers"),
+        ({"gc_thresholds": [20000, 50]}, "sidecar.gc_thresholds", "a list of 3 items"),
+        ({"gc_thresholds": [0, 10, 10]}, "sidecar.gc_thresholds[0]", "between 1 and 2147483647"),
+        ({"gc_thresholds": [-1, 10, 10]}, "sidecar.gc_thresholds[0]", "between 1 and 2147483647"),
+        ({"gc_thresholds": [1.5, 10, 10]}, "sidecar.gc_thresholds[0]", "must be an integer"),
+        ({"gc_thresholds": [True, 10, 10]}, "sidecar.gc_thresholds[0]", "must be an integer"),
+        ({"gc_thresholds": [10, 10, 2**31]}, "sidecar.gc_thresholds[2]", "and 2147483647"),
+        ({"gc_thresholds": 700}, "sidecar.gc_thresholds", "must be a list"),
         ({"gc_threshold": [700, 10, 10]}, "sidecar.gc_threshold", "unknown key"),
     ],
 )
@@ -54,14 +54,14 @@ def test_bad_values_name_the_key(table: dict[str, Any], key: str, detail: str) -
     with pytest.raises(ConfigError) as caught:
         SidecarConfig.from_mapping(table)
     message = str(caught.value)
-    assert message.startswith(key + ":") and detail in message
+    assert message.startswith(f"config error at {key}:") and detail in message
 
 
 async def _frozen_gauge(sidecar: Sidecar) -> float:
     async with httpx.AsyncClient(base_url=sidecar.url) as http:
         text = (await http.get("/metrics")).text
     families = {f.name: f for f in text_string_to_metric_families(text)}
-    (sample,) = families["sidecar_gc_frozen_objects"].samples
+    (sample,) = families["sagemaker_gateway_sidecar_gc_frozen_objects"].samples
     return sample.value
 
 

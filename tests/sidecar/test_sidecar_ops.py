@@ -51,15 +51,17 @@ async def test_metrics_parse_and_count(
     families = {f.name: f for f in text_string_to_metric_families(response.text)}
     requests = {
         (s.labels["operation"], s.labels["route"], s.labels["code"]): s.value
-        for s in families["sidecar_requests"].samples
-        if s.name == "sidecar_requests_total"
+        for s in families["sagemaker_gateway_sidecar_requests"].samples
+        if s.name == "sagemaker_gateway_sidecar_requests_total"
     }
     assert requests[("invoke", "echo", "200")] == 3
     assert requests[("invoke", "constant", "400")] == 1
-    assert {s.value for s in families["sidecar_in_flight"].samples} == {0}
-    rejected = {s.labels["reason"]: s.value for s in families["sidecar_rejected"].samples}
+    assert {s.value for s in families["sagemaker_gateway_sidecar_in_flight"].samples} == {0}
+    rejected = {
+        s.labels["reason"]: s.value for s in families["sagemaker_gateway_sidecar_rejected"].samples
+    }
     assert rejected == {"unknown_operation": 1}
-    latency = families["sidecar_request_duration_seconds"]
+    latency = families["sagemaker_gateway_sidecar_request_duration_seconds"]
     count = next(s for s in latency.samples if s.name.endswith("_count"))
     assert count.value == 4
     # The gateway's own collector is registered too.

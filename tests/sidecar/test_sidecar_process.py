@@ -105,7 +105,11 @@ async def test_ready_line_and_ping_over_the_command(emulator: Emulator) -> None:
             assert echoed.content == b"via process"
             # The command owns its process: it froze the start-up heap (gc_freeze).
             metrics = (await http.get("/metrics")).text
-        frozen = [line for line in metrics.splitlines() if line.startswith("sidecar_gc_frozen")]
+        frozen = [
+            line
+            for line in metrics.splitlines()
+            if line.startswith("sagemaker_gateway_sidecar_gc_frozen")
+        ]
         assert len(frozen) == 1 and float(frozen[0].split()[-1]) > 0, frozen
     finally:
         code = await asyncio.to_thread(process.stop)

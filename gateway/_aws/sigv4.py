@@ -1,3 +1,6 @@
+# Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py); an editable install runs it
+# as plain Python. Keep it compilable: no async generators, no monkeypatching of its classes,
+# re-check attributes narrowed before an await. A compiled install needs a rebuild after edits.
 """Sans-IO AWS Signature Version 4 for SageMaker Runtime.
 
 A pure function of (method, path, query, headers, payload hash, credentials,

@@ -39,7 +39,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -99,9 +99,7 @@ def demo_emulator_config(seed: int = 7) -> EmulatorConfig:
     """The default emulator endpoints plus ``bid-filter-b`` and ``mme-b``."""
     config = EmulatorConfig.default(seed=seed)
     extra = EmulatorConfig.from_dict({"endpoints": _EXTRA_ENDPOINTS})
-    for endpoint in extra.endpoints.values():
-        config = config.with_endpoint(endpoint)
-    return config
+    return replace(config, endpoints={**config.endpoints, **extra.endpoints})
 
 
 @dataclass
@@ -330,6 +328,7 @@ async def _replay(
     bidder_url: str,
 ) -> None:
     gateway = _build_gateway(emulator.url, args.redis, bidder_url, args.threshold)
+    gateway.enable_metrics()  # the summary reads this hook's counters
     rtb, lane, proxy = _RtbLane(), _SidecarLane(), _ProxyLane()
     async with gateway, Sidecar(gateway, "127.0.0.1", 0) as sidecar:
         client = get_session().create_client(

@@ -9,15 +9,18 @@ costs a SHA-256 of the body plus a few HMACs.
 from __future__ import annotations
 
 import calendar
+import contextlib
 import hashlib
 import hmac
+import ipaddress
+import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Container, Mapping
 
-from gateway._http_server import Request
-from gateway._signing import EMPTY_SHA256, SigV4Signer, parse_authorization
+from gateway._aws.sigv4 import EMPTY_SHA256, SigV4Signer, parse_authorization
+from gateway._server.http import Request
 
-__all__ = ["REJECTION_STATUS", "SigV4Rejected", "SigV4Verifier"]
+__all__ = ["REJECTION_STATUS", "LocalHosts", "SigV4Rejected", "SigV4Verifier"]
 
 _SIGNATURE_MISMATCH = (
     "The request signature we calculated does not match the signature you provided. "
@@ -61,11 +64,70 @@ def _iso_basic(epoch: float) -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(epoch))
 
 
+# Headers clients send without signing them: botocore never signs the trace id
+# (load balancers add or rewrite it). Every other x-amz* header must be signed.
+_UNSIGNED_AMZ = frozenset({"x-amzn-trace-id"})
+
+
+def host_name(host: str) -> str:
+    """The name in a Host header, without its port or IPv6 brackets, lower-case."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host
+    return host.partition(":")[0] if host.count(":") == 1 else host
+
+
+class LocalHosts:
+    """Which Host names mean this server: its own names and addresses, plus any configured.
+
+    The port is not compared: port mappings and proxies in front of a server
+    change it, while a request signed for another service names another host.
+    """
+
+    __slots__ = ("_extra", "_known")
+
+    _MAX_REMEMBERED = 256
+
+    def __init__(self, extra: Collection[str] = ()) -> None:
+        self._extra = frozenset(host_name(name) for name in extra)
+        # No getfqdn(): a DNS lookup at start-up can block for seconds.
+        names = {"localhost", socket.gethostname().lower()}
+        self._known: dict[str, bool] = dict.fromkeys(names | self._extra, True)
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str):
+            return False
+        known = self._known.get(name)
+        if known is None:
+            known = _is_local_address(name)
+            if len(self._known) < self._MAX_REMEMBERED:
+                self._known[name] = known
+        return known
+
+
+def _is_local_address(name: str) -> bool:
+    """True for an IP literal of this machine: loopback, or one it can bind to."""
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return False  # a name: only the configured and the machine's own count
+    if address.is_loopback:
+        return True
+    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+    with contextlib.suppress(OSError), socket.socket(family, socket.SOCK_DGRAM) as probe:
+        probe.bind((name, 0))
+        return True
+    return False
+
+
 class SigV4Verifier:
     """Checks ``Authorization`` against ``credentials`` (access key id -> secret).
 
     With no credentials, any well-formed signature is accepted, and unsigned
-    requests only when ``required`` is false.
+    requests only when ``required`` is false. A signature scoped to another
+    ``region`` (when given), a Host header naming another server (when
+    ``hosts`` is given), or an ``x-amz*`` header left out of the signature is
+    refused either way.
     """
 
     def __init__(
@@ -75,11 +137,15 @@ class SigV4Verifier:
         required: bool = True,
         max_skew_s: float = 300.0,
         service: str = "sagemaker",
+        region: str | None = None,
+        hosts: Container[str] | None = None,
     ) -> None:
         self._credentials = dict(credentials)
         self._required = required
         self._max_skew = max_skew_s
         self._service = service
+        self._region = region
+        self._hosts = hosts
         self._signers: dict[str, SigV4Signer] = {}
 
     def verify(self, request: Request) -> None:
@@ -110,6 +176,7 @@ class SigV4Verifier:
                 "InvalidSignatureException",
                 f"Credential should be scoped to correct service: '{self._service}'.",
             )
+        self._check_scope(request, parsed.region, parsed.signed_headers)
         if not self._credentials:
             return  # no keys configured: any well-formed signature will do
         secret = self._credentials.get(parsed.access_key)
@@ -121,6 +188,32 @@ class SigV4Verifier:
         self._check_signature(
             request, parsed.region, parsed.signed_headers, parsed.signature, secret, amz_date
         )
+
+    def _check_scope(self, request: Request, region: str, signed_headers: tuple[str, ...]) -> None:
+        """Signed for this region and this host, with every x-amz* header signed."""
+        if self._region is not None and region != self._region:
+            raise SigV4Rejected(
+                "InvalidSignatureException",
+                f"Credential should be scoped to a valid region, not '{region[:64]}'.",
+            )
+        if self._hosts is not None:
+            host = request.headers.get("host", "")
+            if host_name(host) not in self._hosts:
+                raise SigV4Rejected(
+                    "InvalidSignatureException",
+                    f"The request was signed for host '{host[:128]}', which is not this service.",
+                )
+        unsigned = [
+            name
+            for name, _ in request.header_pairs
+            if name.startswith("x-amz") and name not in signed_headers and name not in _UNSIGNED_AMZ
+        ]
+        if unsigned:
+            raise SigV4Rejected(
+                "InvalidSignatureException",
+                "There were headers present in the request which were not signed: "
+                + ", ".join(sorted(set(unsigned)))[:256],
+            )
 
     def _check_signature(
         self,

@@ -269,15 +269,17 @@ class EventStreamDecoder:
     """Incremental decoder: ``feed`` bytes, get the complete messages back.
 
     Raises :class:`EventStreamError` on the first corrupt message; the
-    decoder is unusable after that (the framing is lost).
+    decoder is unusable after that (the framing is lost). Messages that
+    arrived intact before the corrupt one, in the same bytes, are returned
+    first: the error is raised by the next ``feed`` or by ``end``.
     """
 
-    __slots__ = ("_buffer", "_failed", "_max_message_size")
+    __slots__ = ("_buffer", "_error", "_max_message_size")
 
     def __init__(self, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
         self._buffer = bytearray()
         self._max_message_size = max_message_size
-        self._failed = False
+        self._error: EventStreamError | None = None
 
     @property
     def buffered(self) -> int:
@@ -285,8 +287,8 @@ class EventStreamDecoder:
         return len(self._buffer)
 
     def feed(self, data: bytes) -> list[Message]:
-        if self._failed:
-            raise EventStreamError("decoder already failed")
+        if self._error is not None:
+            raise EventStreamError(f"decoder already failed: {self._error}")
         self._buffer += data
         messages: list[Message] = []
         try:
@@ -295,10 +297,20 @@ class EventStreamDecoder:
                 if len(self._buffer) < total:
                     break
                 messages.append(self._take_message(total))
-        except EventStreamError:
-            self._failed = True
-            raise
+        except EventStreamError as exc:
+            self._error = exc
+            if not messages:
+                raise
         return messages
+
+    def end(self) -> None:
+        """Every byte of the stream was fed: raise if it was corrupt or stopped mid-message."""
+        if self._error is not None:
+            raise self._error
+        if self._buffer:
+            raise EventStreamError(
+                f"stream ended {len(self._buffer)} bytes into an unfinished message"
+            )
 
     def _check_prelude(self) -> int:
         buffer = self._buffer

@@ -1,6 +1,9 @@
-"""The transport interface and the native transport.
+# Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py); an editable install runs it
+# as plain Python. Keep it compilable: no async generators, no monkeypatching of its classes,
+# re-check attributes narrowed before an await. A compiled install needs a rebuild after edits.
+"""The native transport: connections, the pool, and the transport that ties them.
 
-The native transport is an ``asyncio.Protocol`` per connection with
+It is an ``asyncio.Protocol`` per connection with
 ``httptools`` parsing the response: HTTP/1.1 keep-alive, one request per
 connection at a time, a LIFO stack of idle connections per origin (the
 most recently used socket is the one least likely to have been closed by
@@ -21,28 +24,22 @@ import socket
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from typing import Protocol, cast
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, NoReturn, Protocol, cast
 
 import httptools
 
 from gateway import errors
-from gateway._wire import (
-    Origin,
-    PreparedRequest,
-    RawResponse,
-    headers_from_raw,
-    split_head,
+from gateway._http.interfaces import (
+    MAX_ERROR_BODY_BYTES,
+    TransportStats,
+    make_ssl_context,
 )
+from gateway._http.message import Origin, RawResponse, headers_from_raw, split_head
+from gateway._http.options import PoolConfig
+from gateway._http.request import PreparedRequest
 
-__all__ = [
-    "NativeTransport",
-    "StreamingResponse",
-    "Transport",
-    "TransportOptions",
-    "TransportStats",
-]
+__all__ = ["NativeTransport", "Opener"]
 
 # A response larger than this is refused: SageMaker caps payloads at 6 MB
 # (25 MB for streams, which never buffer).
@@ -54,62 +51,22 @@ MAX_HEADERS = 128
 _STREAM_HIGH_WATER = 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class TransportOptions:
-    max_connections: int = 64  # per origin
-    prewarm: int = 0  # connections opened per origin at start
-    connect_timeout: float = 1.0
-    read_timeout: float = 60.0  # SageMaker lets a container take 60 s
-    pool_timeout: float = 1.0
-    idle_timeout: float = 50.0  # below the 60 s idle close of AWS load balancers
-    keepalive_idle: int = 30
-    keepalive_interval: int = 10
-    keepalive_count: int = 3
-    tls_verify: bool = True
-    ssl_context: ssl.SSLContext | None = field(default=None, repr=False)
+class Opener(Protocol):
+    """Opens a connection: ``loop.create_connection``'s shape, the arguments the pool passes.
 
+    The transport takes one so that tests can hand it scripted sockets
+    (tests/gateway/_scripted_socket.py); it runs only when a connection opens.
+    """
 
-@dataclass(slots=True)
-class TransportStats:
-    connections_opened: int = 0
-    connections_closed: int = 0
-    requests: int = 0
-    reused: int = 0
-    stale_retries: int = 0
-    drained_after_cancel: int = 0
-
-
-class StreamingResponse(Protocol):
-    status: int
-    headers: dict[str, str]
-
-    def chunks(self) -> AsyncIterator[bytes]: ...
-
-    async def read(self) -> bytes: ...
-
-    async def aclose(self) -> None: ...
-
-
-class Transport(Protocol):
-    """What the client needs from a transport; native and httpx both provide it."""
-
-    stats: TransportStats
-
-    async def start(self, origins: list[Origin]) -> None: ...
-
-    async def request(self, request: PreparedRequest, deadline: float) -> RawResponse: ...
-
-    async def stream(self, request: PreparedRequest, deadline: float) -> StreamingResponse: ...
-
-    async def aclose(self) -> None: ...
-
-
-def make_ssl_context(verify: bool) -> ssl.SSLContext:
-    context = ssl.create_default_context()
-    if not verify:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    return context
+    def __call__(
+        self,
+        protocol_factory: Callable[[], asyncio.Protocol],
+        host: str,
+        port: int,
+        *,
+        ssl: ssl.SSLContext | None,
+        server_hostname: str | None,
+    ) -> Awaitable[tuple[asyncio.BaseTransport, Any]]: ...
 
 
 # -- one connection ---------------------------------------------------------
@@ -117,6 +74,10 @@ def make_ssl_context(verify: bool) -> ssl.SSLContext:
 
 class _HeadTooLarge(Exception):
     """Raised from a parser callback to stop httptools mid-buffer."""
+
+
+class _StopParsing(Exception):
+    """Raised from a parser callback once the connection is closed: ignore what follows."""
 
 
 class _Connection:
@@ -143,12 +104,20 @@ class _Connection:
         self._head = b""  # the current response's head, undecoded
         self._body: list[bytes] = []
         self._body_size = 0
+        self._body_limit = MAX_RESPONSE_BYTES
         self._got_bytes = False
         self._headers_done = False
         self._keep_alive = True
         # The request in flight went out on a socket taken from the idle stack.
         self._reused = False
         self.closed = False
+        # On the pool's idle stack: a socket is pushed there at most once.
+        self.idle = False
+        # A response completed inside the bytes being parsed: the socket goes
+        # back to the pool only after the whole buffer parsed cleanly, so that
+        # a second response in the same bytes can still close it.
+        self._release_pending = False
+        self._release_keep = False
         self.requests_served = 0
         self.last_used = time.monotonic()
         # Set when the caller gave up (hedge loser, cancellation) after the
@@ -184,6 +153,9 @@ class _Connection:
             self._fail(errors.ProtocolError("unexpected protocol upgrade"))
         except httptools.HttpParserError as exc:
             self._fail(errors.ProtocolError(f"invalid HTTP response: {exc}"))
+        if self._release_pending:
+            self._release_pending = False
+            self._pool.release(self, self._release_keep and not self.closed)
 
     def eof_received(self) -> bool:
         return False  # the transport closes itself; connection_lost follows
@@ -222,9 +194,21 @@ class _Connection:
             self._parser.feed_data(b"")
         if self._waiter is not None or self._stream is not None:
             self.on_message_complete()
+        if self._release_pending:
+            self._release_pending = False
+            self._pool.release(self, self._release_keep and not self.closed)
         return False
 
     # httptools callbacks
+
+    def on_message_begin(self) -> None:
+        if self._waiter is None and self._stream is None and not self._abandoned:
+            # A response nobody asked for (a second answer to the request just
+            # served, in the same bytes): the framing cannot be trusted, and
+            # the socket must not reach the pool, where its next user would
+            # read this answer as its own.
+            self.close()
+            raise _StopParsing
 
     def on_headers_complete(self) -> None:
         chunks = self._head_chunks
@@ -241,6 +225,7 @@ class _Connection:
         self._status = status = self._parser.get_status_code()
         self._keep_alive = self._parser.should_keep_alive()
         self._headers_done = True
+        self._body_limit = MAX_RESPONSE_BYTES if status < 300 else MAX_ERROR_BODY_BYTES
         if status < 200:
             # An interim head: the real one follows it in the same bytes.
             self._head_start = end + (4 if received[end] == 13 else 2)  # CRLF CRLF or LF LF
@@ -255,10 +240,24 @@ class _Connection:
         if self._stream is not None:
             self._stream.feed(body)
             return
-        if self._body_size > MAX_RESPONSE_BYTES:
-            self._fail(errors.ProtocolError(f"response larger than {MAX_RESPONSE_BYTES} bytes"))
-            return
+        if self._body_size > self._body_limit:
+            self._body_over_limit(body)
         self._body.append(body)
+
+    def _body_over_limit(self, body: bytes) -> NoReturn:
+        """Refuse a huge answer; answer with the prefix of a long error, then close."""
+        if self._status < 300:
+            self._fail(errors.ProtocolError(f"response larger than {MAX_RESPONSE_BYTES} bytes"))
+            raise _StopParsing
+        waiter = self._waiter
+        self._waiter = None
+        self._abandoned = False
+        if waiter is not None and not waiter.done():
+            kept = MAX_ERROR_BODY_BYTES - (self._body_size - len(body))
+            prefix = b"".join([*self._body, body[:kept]])
+            waiter.set_result(RawResponse(self._status, None, prefix, self._head))
+        self.close()
+        raise _StopParsing
 
     def on_message_complete(self) -> None:
         if self._status < 200:
@@ -271,7 +270,8 @@ class _Connection:
         response = RawResponse(
             self._status, None, body[0] if len(body) == 1 else b"".join(body), self._head
         )
-        keep = self._keep_alive and not self.closed
+        self._release_keep = self._keep_alive and not self.closed
+        self._release_pending = True
         self._reset_message()
         self._waiter = self._stream = None
         if stream is not None:
@@ -284,24 +284,36 @@ class _Connection:
             self._pool.stats.drained_after_cancel += 1
         elif waiter is not None and not waiter.done():
             waiter.set_result(response)
-        # Give the socket back only after the caller has its answer.
-        self._pool.release(self, keep)
+        # The socket goes back to the pool (after the caller has its answer)
+        # once the bytes being parsed are all read: see data_received.
 
     # the request side
 
-    def send(self, data: bytes, reused: bool) -> asyncio.Future[RawResponse]:
+    def _busy(self) -> bool:
+        """Closed, or serving a request: a request written now would not have it to itself."""
+        return (
+            self.closed or self._waiter is not None or self._stream is not None or self._abandoned
+        )
+
+    def send(self, data: bytes, reused: bool) -> asyncio.Future[RawResponse] | None:
+        """Write a request; None (nothing written) if the socket closed meanwhile."""
+        # Inline rather than _busy(): this runs on every call.
+        if self.closed or self._waiter is not None or self._stream is not None or self._abandoned:
+            return None  # never overwrite another request's waiter
         assert self._transport is not None
         waiter = self._waiter = self._loop.create_future()
         self._start_message(reused)
         self._transport.write(data)
         return waiter
 
-    def send_streaming(self, data: bytes, reused: bool) -> _NativeStream:
+    def send_streaming(self, data: bytes, reused: bool) -> _NativeStream | None:
+        if self._busy():
+            return None
         assert self._transport is not None
-        self._stream = _NativeStream(self)
+        stream = self._stream = _NativeStream(self)
         self._start_message(reused)
         self._transport.write(data)
-        return self._stream
+        return stream
 
     def abandon(self, waiter: asyncio.Future[RawResponse], drain_timeout: float) -> None:
         """The caller stopped waiting; read the response out, then reuse the socket.
@@ -318,15 +330,23 @@ class _Connection:
         self._drain_timer = self._loop.call_later(drain_timeout, self.close)
 
     def timed_out(self, owner: object, deadline_bound: bool, read_timeout: float) -> None:
-        # A timer left over from a request this socket already finished must
-        # not fail the request it serves now.
-        if owner is not self._waiter and owner is not self._stream:
-            return
         # The error is built only when the timer fires, not for every request.
-        if deadline_bound:
-            self._fail(errors.DeadlineExceeded("the call's deadline passed"))
-        else:
-            self._fail(errors.ReadTimeout(f"no response within {read_timeout * 1000:.0f} ms"))
+        error: errors.GatewayError = (
+            errors.DeadlineExceeded("the call's deadline passed")
+            if deadline_bound
+            else errors.ReadTimeout(f"no response within {read_timeout * 1000:.0f} ms")
+        )
+        if owner is self._waiter or owner is self._stream:
+            self._fail(error)
+            return
+        # A timer left over from a request this socket already finished must
+        # not fail the request it serves now; but a request that is somehow
+        # no longer this socket's (an orphan) still gets its timeout.
+        if isinstance(owner, asyncio.Future):
+            if not owner.done():
+                owner.set_exception(error)
+        elif isinstance(owner, _NativeStream) and owner.open:
+            owner.fail(error)
 
     def write(self, data: bytes) -> None:
         assert self._transport is not None
@@ -404,6 +424,11 @@ class _NativeStream:
         self._wakeup: asyncio.Future[None] | None = None
         # The call's deadline still applies while the body streams in.
         self.deadline_slot: _Slot | None = None
+
+    @property
+    def open(self) -> bool:
+        """Neither finished nor failed."""
+        return not self._done and self._error is None
 
     def _stop_timer(self) -> None:
         if self.deadline_slot is not None:
@@ -555,22 +580,29 @@ class _OriginPool:
     def __init__(
         self,
         origin: Origin,
-        options: TransportOptions,
+        options: PoolConfig,
         ssl_context: ssl.SSLContext | None,
         stats: TransportStats,
+        connect: Opener | None = None,
     ) -> None:
         self.origin = origin
         self.options = options
         self.loop = asyncio.get_running_loop()
+        self._create_connection: Opener = connect or self.loop.create_connection
         self.stats = stats
         self._ssl = ssl_context if origin.tls else None
         self._idle: list[_Connection] = []  # LIFO: the top is the warmest socket
         self._open: set[_Connection] = set()
         self._connecting = 0
+        # Slots handed to woken waiters that have not started connecting yet:
+        # counted as taken, or a newcomer could take the same slot.
+        self._granted = 0
         self._waiters: deque[asyncio.Future[_Connection | None]] = deque()
         self._addresses: list[tuple[str, int]] = []
         self._reaper: asyncio.TimerHandle | None = None
         self.deadlines = _DeadlineWheel(self.loop, options.read_timeout)
+        # Read on every acquire: a native attribute, not PoolConfig's (plain Python).
+        self._idle_timeout: float = options.idle_timeout_s
         self._closed = False
 
     # connections
@@ -584,9 +616,9 @@ class _OriginPool:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
             if hasattr(socket, "TCP_KEEPIDLE"):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, options.keepalive_idle)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, options.keepalive_idle_s)
                 sock.setsockopt(
-                    socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, options.keepalive_interval
+                    socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, options.keepalive_interval_s
                 )
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, options.keepalive_count)
 
@@ -628,7 +660,7 @@ class _OriginPool:
 
     async def _connect(self, connection: _Connection, host: str, port: int) -> None:
         protocol = cast(asyncio.Protocol, connection)  # one by its methods
-        await self.loop.create_connection(
+        await self._create_connection(
             lambda: protocol,
             host,
             port,
@@ -654,15 +686,24 @@ class _OriginPool:
         connection = self._pop_idle(now)
         if connection is not None:
             return connection, True
-        if len(self._open) + self._connecting < self.options.max_connections:
+        return await self.acquire_fresh(deadline, now)
+
+    async def acquire_fresh(self, deadline: float, now: float) -> tuple[_Connection, bool]:
+        """A new connection if a slot is free, else the next one released."""
+        if self._has_free_slot():
             return await self._connect_within(deadline, now), False
         return await self._wait_for_release(deadline, now)
 
+    def _has_free_slot(self) -> bool:
+        taken = len(self._open) + self._connecting + self._granted
+        return taken < self.options.max_connections
+
     def _pop_idle(self, now: float) -> _Connection | None:
         idle = self._idle
-        expiry = self.options.idle_timeout
+        expiry = self._idle_timeout
         while idle:
             connection = idle.pop()
+            connection.idle = False
             if connection.closed:
                 continue
             if now - connection.last_used > expiry:
@@ -672,15 +713,23 @@ class _OriginPool:
         return None
 
     async def _connect_within(self, deadline: float, now: float) -> _Connection:
+        """Open a connection in a slot the caller holds; a failure frees the slot."""
         remaining = deadline - now
         if remaining <= 0:
+            self._slot_freed()
             raise errors.DeadlineExceeded("deadline passed before a connection could be opened")
         timeout = min(self.options.connect_timeout, remaining)
         self._connecting += 1
+        connection: _Connection | None = None
         try:
-            return await self._open_connection(timeout, remaining < self.options.connect_timeout)
+            connection = await self._open_connection(
+                timeout, remaining < self.options.connect_timeout
+            )
+            return connection
         finally:
             self._connecting -= 1
+            if connection is None:
+                self._slot_freed()
 
     async def _wait_for_release(self, deadline: float, now: float) -> tuple[_Connection, bool]:
         waiter: asyncio.Future[_Connection | None] = self.loop.create_future()
@@ -699,8 +748,7 @@ class _OriginPool:
             timer.cancel()
         if connection is None:
             # Woken with a free slot rather than a socket (one was closed).
-            if waiter.cancelled():  # pragma: no cover - defensive
-                raise errors.PoolTimeout("pool wait cancelled")
+            self._granted -= 1
             return await self._connect_within(deadline, time.monotonic()), False
         return connection, True
 
@@ -710,7 +758,8 @@ class _OriginPool:
             if connection is not None:
                 self.release(connection, True)
             else:
-                self._wake_waiter(None)
+                self._granted -= 1
+                self._slot_freed()
         else:
             waiter.cancel()
             with contextlib.suppress(ValueError):
@@ -720,6 +769,8 @@ class _OriginPool:
         if not reusable or connection.closed or self._closed:
             connection.close()
             return
+        if connection.idle:
+            return  # already there: a socket is on the stack at most once
         connection.last_used = time.monotonic()
         if not (self._waiters and self._wake_waiter(connection)):
             self._push_idle(connection)
@@ -732,7 +783,15 @@ class _OriginPool:
                 return True
         return False
 
+    def _slot_freed(self) -> None:
+        """A slot opened up: grant it to a waiter, which will connect."""
+        if self._waiters and self._wake_waiter(None):
+            self._granted += 1
+
     def _push_idle(self, connection: _Connection) -> None:
+        if connection.idle:
+            return
+        connection.idle = True
         self._idle.append(connection)
         if self._reaper is None:
             self._schedule_reaper()
@@ -741,25 +800,25 @@ class _OriginPool:
         if connection in self._open:
             self._open.discard(connection)
             self.stats.connections_closed += 1
-            # A slot opened up: a waiter may now connect.
-            if self._waiters:
-                self._wake_waiter(None)
+            self._slot_freed()
 
     # idle reaping
 
     def _schedule_reaper(self) -> None:
         if self._reaper is None and not self._closed:
-            self._reaper = self.loop.call_later(self.options.idle_timeout / 2, self._reap)
+            self._reaper = self.loop.call_later(self.options.idle_timeout_s / 2, self._reap)
 
     def _reap(self) -> None:
         self._reaper = None
         now = time.monotonic()
         keep = []
         for connection in self._idle:
-            if now - connection.last_used > self.options.idle_timeout:
+            if now - connection.last_used > self.options.idle_timeout_s:
                 connection.close()
             elif not connection.closed:
                 keep.append(connection)
+                continue
+            connection.idle = False
         self._idle = keep
         if keep:
             self._schedule_reaper()
@@ -780,6 +839,8 @@ class _OriginPool:
             self._waiters.popleft().cancel()
         for connection in list(self._open):
             connection.close()
+        for connection in self._idle:
+            connection.idle = False
         self._idle.clear()
         # Let the transports run their close callbacks before the loop moves on.
         await asyncio.sleep(0)
@@ -798,13 +859,29 @@ def _expire(waiter: asyncio.Future[_Connection | None], deadline_bound: bool) ->
 # -- the transport ----------------------------------------------------------
 
 
+def _expired() -> errors.DeadlineExceeded:
+    return errors.DeadlineExceeded("the call's deadline passed before the request was sent")
+
+
+def _unexpired(pool: _OriginPool, connection: _Connection, deadline: float) -> float:
+    """The time now; raises (handing the socket back unused) if the deadline passed."""
+    now = time.monotonic()
+    if now >= deadline:
+        pool.release(connection, True)
+        raise _expired()
+    return now
+
+
 class NativeTransport:
     """The default transport: see the module docstring."""
 
-    def __init__(self, options: TransportOptions | None = None) -> None:
-        self.options = options or TransportOptions()
+    def __init__(self, options: PoolConfig | None = None, connect: Opener | None = None) -> None:
+        self.options = options or PoolConfig()
         self.stats = TransportStats()
         self._ssl = self.options.ssl_context
+        # How a connection is opened: the loop's create_connection unless a
+        # test supplies scripted sockets. Used only when a socket opens.
+        self._connect = connect
         self._pools: dict[Origin, _OriginPool] = {}
         self._last_pool: _OriginPool | None = None
 
@@ -813,7 +890,7 @@ class NativeTransport:
         if pool is None:
             if origin.tls and self._ssl is None:
                 self._ssl = make_ssl_context(self.options.tls_verify)
-            pool = _OriginPool(origin, self.options, self._ssl, self.stats)
+            pool = _OriginPool(origin, self.options, self._ssl, self.stats, self._connect)
             self._pools[origin] = pool
         return pool
 
@@ -835,51 +912,66 @@ class NativeTransport:
             # Most gateways send everything to one origin: skip the lookup.
             pool = self._last_pool = self._pool(origin)
         now = time.monotonic()
+        if now >= deadline:
+            raise _expired()
         # The common case takes a warm socket without suspending.
         connection = pool._pop_idle(now)
         reused = True
         if connection is None:
             connection, reused = await pool.acquire(deadline)
-            now = time.monotonic()
+            now = _unexpired(pool, connection, deadline)
         stats = self.stats
+        retried = False
         while True:
-            stats.requests += 1
-            if reused:
-                stats.reused += 1
             body = request.body
             if len(body) < 65536:
                 waiter = connection.send(request.encoded_head() + body, reused)
             else:
                 waiter = connection.send(request.encoded_head(), reused)
-                connection.write(body)
-            slot = pool.deadlines.arm(connection, waiter, deadline, now)
-            try:
-                return await waiter
-            except errors.StaleConnection:
-                if not reused:
+                if waiter is not None:
+                    connection.write(body)
+            if waiter is not None:
+                stats.requests += 1
+                if reused:
+                    stats.reused += 1
+                slot = pool.deadlines.arm(connection, waiter, deadline, now)
+                try:
+                    return await waiter
+                except errors.StaleConnection:
+                    if not reused or retried:
+                        raise
+                except asyncio.CancelledError:
+                    connection.abandon(waiter, self.options.read_timeout)
                     raise
-            except asyncio.CancelledError:
-                connection.abandon(waiter, self.options.read_timeout)
-                raise
-            finally:
-                slot.pop(waiter, None)
-            # The one silent retry: the socket died while idle, the request never landed.
-            stats.stale_retries += 1
-            connection = await pool._connect_within(deadline, time.monotonic())
-            reused = False
-            now = time.monotonic()
+                finally:
+                    slot.pop(waiter, None)
+                # The one silent retry: the socket died while idle, the request never landed.
+                stats.stale_retries += 1
+                retried = True
+            # (A socket closed between its release and this request: nothing was sent.)
+            # The retry takes a slot like any other request: it may wait for one.
+            connection, reused = await pool.acquire_fresh(deadline, time.monotonic())
+            now = _unexpired(pool, connection, deadline)
 
     async def stream(self, request: PreparedRequest, deadline: float) -> _NativeStream:
+        if time.monotonic() >= deadline:
+            raise _expired()
         pool = self._pool(request.origin)
         connection, reused = await pool.acquire(deadline)
-        try:
-            return await self._open_stream(pool, connection, request, deadline, reused)
-        except errors.StaleConnection:
-            if not reused:
-                raise
-            self.stats.stale_retries += 1
-            connection = await pool._connect_within(deadline, time.monotonic())
-            return await self._open_stream(pool, connection, request, deadline, False)
+        _unexpired(pool, connection, deadline)
+        retried = False
+        while True:
+            try:
+                return await self._open_stream(pool, connection, request, deadline, reused)
+            except errors.StaleConnection as stale:
+                if not reused or retried:
+                    raise
+                if stale.sent:
+                    # The one silent retry, as for request().
+                    self.stats.stale_retries += 1
+                    retried = True
+            connection, reused = await pool.acquire_fresh(deadline, time.monotonic())
+            _unexpired(pool, connection, deadline)
 
     async def _open_stream(
         self,
@@ -889,12 +981,14 @@ class NativeTransport:
         deadline: float,
         reused: bool,
     ) -> _NativeStream:
+        stream = connection.send_streaming(request.encoded_head() + request.body, reused)
+        if stream is None:
+            raise errors.StaleConnection(
+                "connection closed before the request was sent", sent=False
+            )
         self.stats.requests += 1
         if reused:
             self.stats.reused += 1
-        body = request.body
-        head = request.encoded_head()
-        stream = connection.send_streaming(head + body, reused)
         # Armed until the body is complete: the deadline covers the whole stream.
         stream.deadline_slot = pool.deadlines.arm(connection, stream, deadline, time.monotonic())
         try:

@@ -12,11 +12,14 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
+import httpcore
 import httpx
 
 from gateway import errors
-from gateway._transport import TransportOptions, TransportStats
-from gateway._wire import USER_AGENT, Origin, PreparedRequest, RawResponse
+from gateway._http.interfaces import TransportStats
+from gateway._http.message import Origin, RawResponse
+from gateway._http.options import PoolConfig
+from gateway._http.request import PreparedRequest
 
 __all__ = ["HttpxTransport"]
 
@@ -55,16 +58,16 @@ class _HttpxStream:
 
 class HttpxTransport:
     def __init__(
-        self, options: TransportOptions | None = None, client: httpx.AsyncClient | None = None
+        self, options: PoolConfig | None = None, client: httpx.AsyncClient | None = None
     ) -> None:
-        self.options = options or TransportOptions()
+        self.options = options or PoolConfig()
         self.stats = TransportStats()
         self._owns_client = client is None
         self._client = client or httpx.AsyncClient(
             limits=httpx.Limits(
                 max_connections=self.options.max_connections,
                 max_keepalive_connections=self.options.max_connections,
-                keepalive_expiry=self.options.idle_timeout,
+                keepalive_expiry=self.options.idle_timeout_s,
             ),
             verify=self.options.ssl_context or self.options.tls_verify,
             timeout=None,
@@ -115,7 +118,7 @@ class HttpxTransport:
         timeout, remaining = self._timeout(deadline)
         origin = request.origin
         headers = [(name, value) for name, value in request.final_headers() if name != "host"]
-        headers.append(("user-agent", USER_AGENT))
+        headers.append(("user-agent", request.user_agent))
         url = f"{origin.scheme}://{origin.host_header}{request.path}"
         built = self._client.build_request(
             "POST",
@@ -133,12 +136,12 @@ class HttpxTransport:
             # httpx's timeouts are per phase and per read; the deadline bounds the whole call.
             async with asyncio.timeout(remaining):
                 response = await self._client.send(built)
-        except TimeoutError:
-            raise errors.DeadlineExceeded("the call's deadline passed") from None
-        except httpx.TimeoutException as exc:
-            raise _timeout_error(exc, remaining, self.options) from None
-        except httpx.TransportError as exc:
-            raise _translate(exc, sent=not isinstance(exc, httpx.ConnectError)) from None
+        except BaseException as exc:
+            _drop_orphans(self._client)
+            failure = _failure(exc, remaining, self.options)
+            if failure is exc:
+                raise
+            raise failure from None
         headers = {name.lower(): value for name, value in response.headers.items()}
         return RawResponse(response.status_code, headers, response.content)
 
@@ -148,12 +151,12 @@ class HttpxTransport:
         try:
             async with asyncio.timeout(remaining):
                 response = await self._client.send(built, stream=True)
-        except TimeoutError:
-            raise errors.DeadlineExceeded("the call's deadline passed") from None
-        except httpx.TimeoutException as exc:
-            raise _timeout_error(exc, remaining, self.options) from None
-        except httpx.TransportError as exc:
-            raise _translate(exc, sent=not isinstance(exc, httpx.ConnectError)) from None
+        except BaseException as exc:
+            _drop_orphans(self._client)
+            failure = _failure(exc, remaining, self.options)
+            if failure is exc:
+                raise
+            raise failure from None
         return _HttpxStream(response, deadline)
 
     def open_connections(self) -> int:
@@ -172,8 +175,55 @@ class HttpxTransport:
             await self._client.aclose()
 
 
+# Closes started by _drop_orphans: referenced until done.
+_closing: set[asyncio.Task[None]] = set()
+
+
+def _drop_orphans(client: httpx.AsyncClient) -> None:
+    """Drop pooled connections that were opened for a request which then gave up.
+
+    httpcore assigns a new, not yet connected connection to a queued request;
+    if that request is cancelled or times out before using it, the connection
+    is neither idle nor available nor closed, and stays in the pool for
+    good, holding a slot. A burst of such calls fills the pool with them and
+    every later call waits for a connection that never frees.
+    """
+    pool = getattr(client._transport, "_pool", None)
+    if not isinstance(pool, httpcore.AsyncConnectionPool):
+        return
+    in_use = {id(request.connection) for request in pool._requests if request.connection}
+    orphans = [
+        connection
+        for connection in pool._connections
+        if isinstance(connection, httpcore.AsyncHTTPConnection)
+        and connection._connection is None
+        and not connection._connect_failed
+        and id(connection) not in in_use
+    ]
+    for connection in orphans:
+        pool._connections.remove(connection)
+    if orphans:
+        # The freed slots go to requests already queued.
+        closing = pool._assign_requests_to_connections()
+        if closing:
+            task = asyncio.get_running_loop().create_task(pool._close_connections(closing))
+            _closing.add(task)
+            task.add_done_callback(_closing.discard)
+
+
+def _failure(exc: BaseException, remaining: float, options: PoolConfig) -> BaseException:
+    """The gateway error for what ended an exchange; anything else (cancellation) as is."""
+    if isinstance(exc, TimeoutError):  # asyncio.timeout: the call's deadline
+        return errors.DeadlineExceeded("the call's deadline passed")
+    if isinstance(exc, httpx.TimeoutException):
+        return _timeout_error(exc, remaining, options)
+    if isinstance(exc, httpx.TransportError):
+        return _translate(exc, sent=not isinstance(exc, httpx.ConnectError))
+    return exc
+
+
 def _timeout_error(
-    exc: httpx.TimeoutException, remaining: float, options: TransportOptions
+    exc: httpx.TimeoutException, remaining: float, options: PoolConfig
 ) -> errors.GatewayError:
     """The timeout that fired: the deadline only when it was shorter than that phase's limit."""
     if isinstance(exc, httpx.PoolTimeout):

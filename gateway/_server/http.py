@@ -6,10 +6,13 @@ path. One :class:`asyncio.Protocol` per connection parses with
 queue and are answered one at a time, in order (pipelining is safe, never
 concurrent). A response head is built as one ``str`` and encoded once.
 
-Defences against slow or hostile clients: a header-size limit (431), a
-body-size limit (413, then the connection is closed), a header-read timeout,
-a body-read timeout and an idle keep-alive timeout, all enforced by one
-periodic sweep per server rather than a timer per request. Handler
+Defences against slow or hostile clients: a head-size limit counted on the
+raw bytes fed to the parser (414 / 431 before a byte past it is parsed), a
+body-size limit (413, answered as soon as a declared length is too large),
+bounded per-connection queues (reading pauses while requests wait or the
+peer is not reading its answers), a header-read timeout, a body-read
+timeout, an idle keep-alive timeout and a write-progress timeout, all
+enforced by one periodic sweep per server rather than a timer per request. Handler
 exceptions become a 500 and the server carries on; raising
 :class:`AbortConnection` resets the connection (RST) for fault injection.
 """
@@ -39,6 +42,7 @@ __all__ = [
     "Server",
     "ServerLimits",
     "StreamingResponse",
+    "UnsafeHeader",
     "start_server",
 ]
 
@@ -47,6 +51,10 @@ logger = logging.getLogger("gateway.http_server")
 
 class AbortConnection(Exception):
     """Raise from a handler to reset the connection (RST, no response)."""
+
+
+class UnsafeHeader(ValueError):
+    """A response header name or value holds CR, LF or NUL: never written."""
 
 
 @dataclass(slots=True)
@@ -99,13 +107,19 @@ class ServerLimits:
     max_header_size: int = 64 * 1024  # request line + all header lines
     max_headers: int = 128
     max_body_size: int = 8 * 1024 * 1024
-    # An oversized body is read and dropped up to this much, so the client
-    # gets to read the 413 instead of a reset while it is still sending.
+    # After a 413 (sent at once), what the client still sends is read and
+    # dropped up to this much (and for 2 s at most), so it gets to read the
+    # 413 instead of a reset while it is still sending.
     max_discard_size: int = 16 * 1024 * 1024
     header_timeout: float = 10.0  # first byte of a request to end of headers
     body_timeout: float = 60.0  # end of headers to end of body
     keepalive_timeout: float = 75.0  # idle between requests
     max_pipelined: int = 16  # queued requests before reading pauses
+    # Request bodies waiting behind the one being answered: past this, reading
+    # pauses, so a client that pipelines and never reads pins little memory.
+    max_queued_bytes: int = 1024 * 1024
+    # A peer that reads none of its answers for this long is cut off.
+    write_timeout: float = 30.0
     shutdown_timeout: float = 5.0  # in-flight grace on close()
     server_header: str | None = None
 
@@ -154,19 +168,25 @@ class _DateHeader:
 _date = _DateHeader()
 
 
+def _header_block(headers: Sequence[tuple[str, str]]) -> str:
+    """The handler's header lines, checked: never a CR, LF or NUL of their own."""
+    if not headers:
+        return ""
+    block = "".join([f"{name}: {value}\r\n" for name, value in headers])
+    # Every header line contributes exactly one CR and one LF; more means a
+    # name or a value carried one (response splitting; a bare CR is read as a
+    # line end by some clients). C-level counts check every line at once; the
+    # status, Date, Server and framing lines are the server's own and unchecked.
+    lines = len(headers)
+    if block.count("\n") != lines or block.count("\r") != lines or "\x00" in block:
+        raise UnsafeHeader("CR, LF or NUL in a response header")
+    return block
+
+
 def _encode_head(
     status: int, headers: Sequence[tuple[str, str]], framing: str, server_line: str
 ) -> bytes:
-    parts = [_status_line(status)]
-    parts.extend([f"{name}: {value}\r\n" for name, value in headers])
-    parts.append(_date.line())
-    parts.append(server_line)
-    parts.append(framing)
-    text = "".join(parts)
-    # Every header line contributes exactly one LF; more means a name or a
-    # value carried CR/LF (response splitting). One C-level count checks all.
-    if text.count("\n") != len(headers) + 2 + (1 if server_line else 0) + framing.count("\n"):
-        raise ValueError("CR or LF in a response header")
+    text = f"{_status_line(status)}{_header_block(headers)}{_date.line()}{server_line}{framing}"
     return text.encode("latin-1")
 
 
@@ -179,7 +199,52 @@ def _simple_response(status: int, message: str, close: bool) -> bytes:
 
 # -- connection -------------------------------------------------------------
 
+# Decoded once: the methods and the header names clients send on every request
+# (botocore's spelling and lower case), so the common case is one dict lookup.
+# Fixed at import: names from a client never grow it.
+_METHODS = {m.encode(): m for m in ("GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS", "PATCH")}
+_COMMON_HEADER_NAMES = (
+    "Host",
+    "Content-Type",
+    "Content-Length",
+    "Accept",
+    "Accept-Encoding",
+    "Connection",
+    "User-Agent",
+    "Authorization",
+    "Expect",
+    "Transfer-Encoding",
+    "Cache-Control",
+    "X-Amz-Date",
+    "X-Amz-Security-Token",
+    "X-Amz-Content-SHA256",
+    "amz-sdk-invocation-id",
+    "amz-sdk-request",
+    "X-Amzn-SageMaker-Custom-Attributes",
+    "X-Amzn-SageMaker-Target-Model",
+    "X-Amzn-SageMaker-Target-Variant",
+    "X-Amzn-SageMaker-Target-Container-Hostname",
+    "X-Amzn-SageMaker-Inference-Id",
+    "X-Amzn-SageMaker-Enable-Explanations",
+    "X-Amzn-SageMaker-Inference-Component",
+    "X-Amzn-SageMaker-Session-Id",
+    "X-Amzn-SageMaker-Accept",
+    "X-Amzn-SageMaker-Content-Type",
+    "X-Amzn-Trace-Id",
+    "traceparent",
+    "tracestate",
+)
+_HEADER_NAMES: dict[bytes, str] = {}
+for _name in _COMMON_HEADER_NAMES:
+    for _spelling in (_name, _name.lower()):
+        _HEADER_NAMES[_spelling.encode("latin-1")] = _name.lower()
+del _name, _spelling
+
 _WAIT_FIRST, _IDLE, _HEADERS, _BODY = range(4)
+_STOPPED = -1  # parsing stopped: answer what is queued, then close
+_LINGER = -2  # answered 413 and half-closed: drop what the client still sends
+# How long a lingering close keeps reading (at most) before it closes.
+_LINGER_S = 2.0
 
 
 class _StopParsing(Exception):
@@ -194,26 +259,34 @@ class _Reject:
 
 class _Connection(asyncio.Protocol):
     __slots__ = (
+        "_backlog",
+        "_backlog_scheduled",
         "_body_parts",
+        "_body_remaining",
         "_body_size",
         "_client",
         "_close_after",
+        "_completed_in_feed",
         "_discarded",
         "_drain_waiter",
         "_expect_continue",
+        "_head_bytes",
         "_header_pairs",
-        "_header_size",
         "_loop",
         "_parser",
         "_phase",
         "_phase_since",
         "_queue",
+        "_queued_bytes",
         "_reading_paused",
         "_server",
+        "_serving",
         "_transport",
         "_url_parts",
+        "_wakeup",
         "_worker",
         "_write_paused",
+        "_write_paused_since",
     )
 
     def __init__(self, server: Server) -> None:
@@ -223,11 +296,26 @@ class _Connection(asyncio.Protocol):
         self._parser = httptools.HttpRequestParser(self)
         self._client: tuple[str, int] | None = None
         self._queue: deque[Request | _Reject] = deque()
+        self._queued_bytes = 0  # body bytes of the requests waiting in _queue
+        # One worker task per connection, started with its first request and
+        # kept: between requests it waits on a future, which costs less than
+        # a task per request (3.11 registers every task in a WeakSet).
         self._worker: asyncio.Task[None] | None = None
+        self._wakeup: asyncio.Future[None] | None = None
+        self._serving = False  # the worker has a request (or a refusal) to answer
         self._phase = _WAIT_FIRST
         self._phase_since = self._loop.time()
+        # Raw bytes fed to the parser for the current head, and whether a
+        # message ended inside the last piece fed (see data_received).
+        self._head_bytes = 0
+        self._completed_in_feed = False
+        self._discarded = 0  # bytes dropped by a lingering close
         self._reading_paused = False
+        # Bytes read but not yet parsed because the queue was full.
+        self._backlog = b""
+        self._backlog_scheduled = False
         self._write_paused = False
+        self._write_paused_since = 0.0
         self._drain_waiter: asyncio.Future[None] | None = None
         # Set on client EOF or an unsupported upgrade: answer what is queued, then close.
         self._close_after = False
@@ -236,10 +324,9 @@ class _Connection(asyncio.Protocol):
     def _reset_message(self) -> None:
         self._url_parts: list[bytes] = []
         self._header_pairs: list[tuple[str, str]] = []
-        self._header_size = 0
         self._body_parts: list[bytes] = []
         self._body_size = 0
-        self._discarded = -1  # >= 0 while dropping an oversized body
+        self._body_remaining = -1  # declared body bytes still to come; -1: not known
         self._expect_continue = False
 
     # asyncio.Protocol ------------------------------------------------------
@@ -270,38 +357,98 @@ class _Connection(asyncio.Protocol):
         self._transport = None
 
     def pause_writing(self) -> None:
+        # The peer is not reading its answers: stop reading its requests too,
+        # and start the write-progress clock.
         self._write_paused = True
+        self._write_paused_since = self._loop.time()
+        self._update_reading()
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        self._update_reading()
         waiter = self._drain_waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
     def data_received(self, data: bytes) -> None:
-        if self._transport is None or self._phase < 0:
+        if self._transport is None:
             return
+        if self._phase < 0:
+            if self._phase == _LINGER:
+                self._discard(len(data))
+            return
+        limit = self._server.limits.max_header_size
+        # Feed in pieces so that no head byte past the limit ever reaches the
+        # parser (httptools buffers a header or a URL whole, re-copying it on
+        # every fragment). A piece ends where the head may reach the limit, or
+        # where a declared body ends; bytes after a message that ends inside a
+        # piece are counted from the next piece on, so a head is bounded by
+        # twice the limit at worst.
+        while True:
+            if self._phase == _BODY:
+                take = self._body_remaining
+            else:
+                take = limit - self._head_bytes
+                if take <= 0:
+                    self._fail(self._head_too_large())
+                    return
+            if 0 <= take < len(data):
+                piece, data = data[:take], data[take:]
+            else:
+                piece, data = data, b""
+            self._completed_in_feed = False
+            if not self._feed(piece):
+                return
+            if self._phase != _BODY and not self._completed_in_feed:
+                self._head_bytes += len(piece)
+            if not data:
+                return
+            if self._must_pause():
+                # One read can hold many requests: keep the rest unparsed
+                # until the queue has room again.
+                self._backlog = data
+                self._update_reading()
+                return
+
+    def _feed(self, data: bytes) -> bool:
+        """Parse ``data``; False once parsing has stopped."""
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             # The request itself was complete and is queued; we never switch
             # protocols, so answer it as plain HTTP/1.1 and close.
-            self._phase = -1
+            self._phase = _STOPPED
             self._close_after = True
             if self._transport is not None:
                 self._transport.pause_reading()
             if not self.busy and self._transport is not None:
                 self._transport.close()
+            return False
         except httptools.HttpParserError as exc:
             pending = exc.__context__
             if isinstance(pending, _StopParsing):
                 self._fail(pending.args[0])
             else:
                 self._fail(_Reject(400, "malformed HTTP request"))
+            return False
+        return self._phase >= 0 and self._transport is not None
+
+    def _head_too_large(self) -> _Reject:
+        # Mostly request target: the URI is what is too long.
+        url_size = sum(len(part) for part in self._url_parts)
+        if not self._header_pairs and url_size * 2 > self._head_bytes:
+            return _Reject(414, "request target too long")
+        return _Reject(431, "request header fields too large")
+
+    def _discard(self, size: int) -> None:
+        """Lingering close: drop the rest of a refused body, up to a bound."""
+        self._discarded += size
+        if self._discarded > self._server.limits.max_discard_size and self._transport:
+            self._transport.close()
 
     def eof_received(self) -> bool | None:
         # A half-closed client may still be waiting for its responses.
-        if self.busy:
+        if self.busy and self._phase != _LINGER:
             self._close_after = True
             return True
         return None
@@ -313,56 +460,57 @@ class _Connection(asyncio.Protocol):
         self._phase_since = self._loop.time()
 
     def on_url(self, url: bytes) -> None:
-        self._header_size += len(url)
+        # Bounded: data_received never feeds a head past max_header_size.
         self._url_parts.append(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._header_size += len(name) + len(value) + 4
-        limits = self._server.limits
-        if self._header_size > limits.max_header_size or (
-            len(self._header_pairs) >= limits.max_headers
-        ):
+        if len(self._header_pairs) >= self._server.limits.max_headers:
             raise _StopParsing(_Reject(431, "request header fields too large"))
-        self._header_pairs.append((name.decode("latin-1").lower(), value.decode("latin-1")))
+        lower = _HEADER_NAMES.get(name)
+        if lower is None:
+            lower = name.decode("latin-1").lower()
+        self._header_pairs.append((lower, value.decode("latin-1")))
 
     def on_headers_complete(self) -> None:
-        if self._header_size > self._server.limits.max_header_size:
-            raise _StopParsing(_Reject(431, "request header fields too large"))
         self._phase = _BODY
         self._phase_since = self._loop.time()
+        declared = -1
+        chunked = False
         for name, value in self._header_pairs:
             if name == "content-length":
-                if value.isdigit() and int(value) > self._server.limits.max_body_size:
-                    self._discarded = 0
+                # llhttp has checked the value; the length check keeps int() cheap.
+                digits = value.strip()
+                declared = int(digits) if len(digits) < 19 and digits.isdecimal() else 1 << 62
+            elif name == "transfer-encoding":
+                chunked = True
             elif name == "expect" and value.lower() == "100-continue":
                 self._expect_continue = True
-        if self._expect_continue:
-            if self._discarded >= 0:
-                # The client waits before sending: answer now, never read it.
-                raise _StopParsing(self._too_large())
-            if not self._queue and self._worker is None and self._transport is not None:
-                self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        if declared > self._server.limits.max_body_size:
+            # Refused before a byte of it is read; the lingering close lets
+            # a client that is still sending read the answer.
+            raise _StopParsing(self._too_large())
+        if not chunked:
+            self._body_remaining = declared
+        idle = not self._queue and not self._serving
+        if self._expect_continue and idle and self._transport is not None:
+            self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
-        if self._discarded < 0:
-            self._body_size += len(body)
-            if self._body_size <= self._server.limits.max_body_size:
-                self._body_parts.append(body)
-                return
-            self._body_parts = []
-            self._discarded = self._body_size
-            return
-        self._discarded += len(body)
-        if self._discarded > self._server.limits.max_discard_size:
+        if self._body_remaining > 0:
+            self._body_remaining -= len(body)
+        self._body_size += len(body)
+        if self._body_size > self._server.limits.max_body_size:
             raise _StopParsing(self._too_large())
+        self._body_parts.append(body)
 
     def on_message_complete(self) -> None:
-        if self._discarded >= 0:
-            raise _StopParsing(self._too_large())
         self._enqueue(self._build_request())
         self._reset_message()
+        # The idle clock starts when the worker has answered (_serve_queue):
+        # until then the connection is busy and no idle timeout applies.
         self._phase = _IDLE
-        self._phase_since = self._loop.time()
+        self._head_bytes = 0
+        self._completed_in_feed = True
 
     def _too_large(self) -> _Reject:
         limit = self._server.limits.max_body_size
@@ -381,46 +529,109 @@ class _Connection(asyncio.Protocol):
             headers = _merge_repeated(pairs)
         parts = self._body_parts
         body = parts[0] if len(parts) == 1 else b"".join(parts)
+        raw_method = parser.get_method()
+        method = _METHODS.get(raw_method) or raw_method.decode("ascii")
+        # Positional: the dataclass __init__ binds them faster than keywords.
         return Request(
-            method=parser.get_method().decode("ascii"),
-            path=path,
-            query=query,
-            headers=headers,
-            header_pairs=pairs,
-            body=body,
-            client=self._client,
-            http_version=parser.get_http_version(),
-            keep_alive=parser.should_keep_alive(),
+            method,
+            path,
+            query,
+            headers,
+            pairs,
+            body,
+            self._client,
+            parser.get_http_version(),
+            parser.should_keep_alive(),
         )
 
     def _enqueue(self, item: Request | _Reject) -> None:
         self._queue.append(item)
-        if self._worker is None:
-            self._worker = self._loop.create_task(self._serve_queue())
-        elif len(self._queue) >= self._server.limits.max_pipelined and self._transport:
-            self._transport.pause_reading()
-            self._reading_paused = True
+        if isinstance(item, Request):
+            self._queued_bytes += len(item.body)
+        if not self._serving:
+            self._serving = True
+            wakeup = self._wakeup
+            if wakeup is not None and not wakeup.done():
+                wakeup.set_result(None)
+            elif self._worker is None:
+                self._worker = self._loop.create_task(self._serve_queue())
+            return
+        limits = self._server.limits
+        if len(self._queue) >= limits.max_pipelined or self._queued_bytes > limits.max_queued_bytes:
+            self._update_reading()
+
+    def _must_pause(self) -> bool:
+        limits = self._server.limits
+        return self._write_paused or (
+            len(self._queue) >= limits.max_pipelined or self._queued_bytes > limits.max_queued_bytes
+        )
+
+    def _update_reading(self) -> None:
+        """Read only while the peer reads its answers and little is queued."""
+        transport = self._transport
+        if transport is None or self._phase < 0:
+            return
+        if self._must_pause():
+            if not self._reading_paused:
+                self._reading_paused = True
+                transport.pause_reading()
+        elif self._backlog:
+            if not self._backlog_scheduled:
+                self._backlog_scheduled = True
+                self._loop.call_soon(self._feed_backlog)
+        elif self._reading_paused:
+            self._reading_paused = False
+            transport.resume_reading()
+
+    def _feed_backlog(self) -> None:
+        self._backlog_scheduled = False
+        data, self._backlog = self._backlog, b""
+        if data and self._transport is not None and self._phase >= 0:
+            self.data_received(data)
+        self._update_reading()
 
     def _fail(self, reject: _Reject) -> None:
         """Stop parsing; answer ``reject`` after the requests already queued."""
-        self._phase = -1
+        self._phase = _STOPPED
         if self._transport is not None:
             self._transport.pause_reading()
+            self._reading_paused = True
         self._enqueue(reject)
+
+    def _reject(self, transport: asyncio.Transport, reject: _Reject) -> None:
+        transport.write(_simple_response(reject.status, reject.message, True))
+        # Nothing to linger for when the client has already stopped sending.
+        if reject.status != 413 or self._close_after or not transport.can_write_eof():
+            transport.close()
+            return
+        # Lingering close: half-close, then read and drop what the client is
+        # still sending (bounded in bytes and time), so it reads the 413
+        # instead of a reset.
+        transport.write_eof()
+        self._phase = _LINGER
+        self._phase_since = self._loop.time()
+        self._reading_paused = False
+        transport.resume_reading()
 
     async def _serve_queue(self) -> None:
         try:
-            while self._queue and self._transport is not None:
-                item = self._queue.popleft()
-                if self._reading_paused and len(self._queue) < self._server.limits.max_pipelined:
-                    self._reading_paused = False
-                    if self._phase >= 0:
-                        self._transport.resume_reading()
-                if isinstance(item, _Reject):
-                    self._transport.write(_simple_response(item.status, item.message, True))
-                    self._transport.close()
+            while self._transport is not None:
+                if self._queue:
+                    item = self._queue.popleft()
+                    if isinstance(item, _Reject):
+                        self._reject(self._transport, item)
+                        return
+                    self._queued_bytes -= len(item.body)
+                    if self._reading_paused or self._backlog:
+                        self._update_reading()
+                    await self._respond(item)
+                elif not self._idle():
                     return
-                await self._respond(item)
+                else:
+                    # Woken by _enqueue; cancelled by connection_lost.
+                    wakeup = self._wakeup = self._loop.create_future()
+                    await wakeup
+                    self._wakeup = None
         except (asyncio.CancelledError, ConnectionError):
             pass  # the connection is gone; nothing to answer
         except Exception:
@@ -428,10 +639,20 @@ class _Connection(asyncio.Protocol):
             self.reset()
         finally:
             self._worker = None
-        if self._close_after and self._transport is not None:
+            self._wakeup = None
+            self._serving = False
+
+    def _idle(self) -> bool:
+        """Everything queued is answered: close if asked to; False once closing."""
+        self._serving = False
+        if self._transport is None:
+            return False
+        if self._close_after and not self._backlog:
             self._transport.close()
-        elif self._phase == _IDLE:
+            return False
+        if self._phase == _IDLE:
             self._phase_since = self._loop.time()
+        return True
 
     async def _respond(self, request: Request) -> None:
         try:
@@ -453,6 +674,15 @@ class _Connection(asyncio.Protocol):
                 await self._send_stream(request, response, keep_alive)
                 return
             data = self._encode(request, response, keep_alive)
+        except UnsafeHeader:
+            # Fail closed: the header is never written. Not a traceback: the
+            # value came from elsewhere (an upstream, a cache) and is refused.
+            logger.error(
+                "refused a response header holding CR, LF or NUL for %s %s",
+                request.method,
+                request.path,
+            )
+            data = _simple_response(500, "internal server error", not keep_alive)
         except Exception:
             logger.exception("bad response for %s %s", request.method, request.path)
             data = _simple_response(500, "internal server error", not keep_alive)
@@ -464,13 +694,15 @@ class _Connection(asyncio.Protocol):
 
     def _encode(self, request: Request, response: Response, keep_alive: bool) -> bytes:
         body = response.body
-        framing = f"content-length: {len(body)}\r\n"
+        status = response.status
+        # 1xx and 204 never carry Content-Length (RFC 9110 8.6); nor does our
+        # 304, which has no representation to describe.
+        bodiless = status in (204, 304) or status < 200
+        framing = "" if bodiless else f"content-length: {len(body)}\r\n"
         if not keep_alive:
             framing += "connection: close\r\n"
-        head = _encode_head(
-            response.status, response.headers, framing + "\r\n", self._server.server_line
-        )
-        if request.method == "HEAD" or response.status in (204, 304):
+        head = _encode_head(status, response.headers, framing + "\r\n", self._server.server_line)
+        if request.method == "HEAD" or bodiless:
             return head
         return head + body
 
@@ -533,14 +765,23 @@ class _Connection(asyncio.Protocol):
 
     @property
     def busy(self) -> bool:
-        return self._worker is not None or bool(self._queue)
+        return self._serving or bool(self._queue) or bool(self._backlog)
 
     def check_timeouts(self, now: float, limits: ServerLimits) -> None:
         transport = self._transport
-        if transport is None or self._phase < 0:
+        if transport is None:
+            return
+        if self._write_paused and now - self._write_paused_since > limits.write_timeout:
+            # The peer has read nothing for write_timeout: what it has not
+            # read (and whatever it queued) is dropped with the connection.
+            self.reset()
             return
         elapsed = now - self._phase_since
         phase = self._phase
+        if phase < 0:
+            if phase == _LINGER and elapsed > min(_LINGER_S, limits.body_timeout):
+                transport.close()
+            return
         if phase in (_HEADERS, _WAIT_FIRST):
             timed_out = elapsed > limits.header_timeout
         elif phase == _BODY:
@@ -552,9 +793,10 @@ class _Connection(asyncio.Protocol):
                 return
         if not timed_out:
             return
-        if phase == _WAIT_FIRST or self.busy:
+        if phase == _WAIT_FIRST:
             transport.close()
         else:
+            # Queued after any request in flight, whose answer still goes out.
             self._fail(_Reject(408, "request timeout"))
 
     def shutdown(self) -> None:
@@ -628,7 +870,12 @@ class Server:
 
     async def _sweep(self) -> None:
         limits = self.limits
-        shortest = min(limits.header_timeout, limits.body_timeout, limits.keepalive_timeout)
+        shortest = min(
+            limits.header_timeout,
+            limits.body_timeout,
+            limits.keepalive_timeout,
+            limits.write_timeout,
+        )
         interval = min(max(shortest / 4, 0.02), 1.0)
         while True:
             await asyncio.sleep(interval)

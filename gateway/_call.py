@@ -1,4 +1,31 @@
+# Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py); an editable install runs it
+# as plain Python. Keep it compilable: no async generators, no monkeypatching of its classes,
+# re-check attributes narrowed before an await. A compiled install needs a rebuild after edits.
 """One call's journey: route, attempt, hedge, retry, record, all under one deadline.
+
+Every decision about a call is made here, for all three operations
+(InvokeEndpoint, the response stream, InvokeEndpointAsync) and the active
+health checks. ``Gateway`` (``_client``) only validates and builds calls;
+target planning lives in ``_targets``, the prediction cache in ``_cached``;
+the transport only moves bytes. The rules this module keeps:
+
+1. One deadline per call. The first attempt, hedges and retries all spend
+   from it; an attempt whose deadline has passed is never sent, and is not
+   charged to the target.
+2. The route picks the target (traffic shares, then peak-EWMA). A hedge or a
+   retry goes to a different target whenever the route has one.
+3. Only InvokeEndpoint is hedged and retried. A stream that has started
+   cannot be replayed; an async invocation is queued on the far side.
+4. A hedge fires after the route's hedge delay, within its hedge budget; the
+   first answer wins and the other attempt is cancelled (the transport never
+   reuses a connection left mid-response). A fast failure never wins while
+   another attempt is still running.
+5. Only ``GatewayError``s marked ``retryable`` are retried, within the
+   route's retry budget, ``max_attempts`` and the deadline; a retryable
+   error that outlives the deadline is reported as ``DeadlineExceeded``.
+6. Every attempt is recorded exactly once, by :func:`record`: its outcome
+   for the target's health, and an ``AttemptFinished`` event when a hook
+   listens.
 
 The success path without hedging is a plain ``await`` of one attempt. A
 hedge costs a task only when it actually fires: the primary attempt keeps
@@ -18,59 +45,36 @@ from dataclasses import dataclass
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
 from gateway import errors
-from gateway._metrics import GatewayMetrics, TargetMetrics
-from gateway._signing import SigV4Signer
-from gateway._transport import Transport
-from gateway._wire import (
-    InvokeResult,
-    Origin,
-    PreparedRequest,
-    RequestSigner,
-    decode_error,
-    result_from_response,
+from gateway._api import InvokeResult, decode_error, result_from_response
+from gateway._events import (
+    CANCELLED,
+    FAILED,
+    HEDGE,
+    LOST,
+    PRIMARY,
+    RETRY,
+    WON,
+    AttemptFinished,
+    Emit,
+    HedgeFired,
+    HedgeLost,
+    RetryScheduled,
 )
+from gateway._http.interfaces import StreamingResponse, Transport
+from gateway._http.message import RawResponse
+from gateway._http.request import PreparedRequest
+from gateway._targets import TargetPlan, Targets
 from routing import Outcome, Route, TargetState
 
-__all__ = ["CallSpec", "Invoker", "TargetPlan"]
+__all__ = ["CallSpec", "Invoker", "record"]
 
 _SUCCESS = Outcome.SUCCESS
 _FAILURE = Outcome.FAILURE
 _NEUTRAL = Outcome.NEUTRAL
 _CANCELLED = Outcome.CANCELLED
 _HEDGE_WON = "gateway: a hedge attempt answered first"
+_PRIMARY_WON = "gateway: the primary attempt answered first"
 _MAX_PLANS = 4096
-
-
-class TargetPlan:
-    """Everything about one target computed once: where, which path, which signer."""
-
-    __slots__ = (
-        "endpoint",
-        "host",
-        "invoke_path",
-        "invoke_prefix",
-        "metrics",
-        "origin",
-        "signer",
-        "variant",
-    )
-
-    def __init__(
-        self,
-        endpoint: str,
-        origin: Origin,
-        signer: RequestSigner,
-        variant: str | None,
-        metrics: TargetMetrics,
-    ) -> None:
-        self.endpoint = endpoint
-        self.origin = origin
-        self.host = origin.host_header
-        self.signer = signer
-        self.variant = variant
-        self.invoke_path = f"/endpoints/{endpoint}/invocations"
-        self.invoke_prefix = SigV4Signer.request_prefix("POST", self.invoke_path)
-        self.metrics = metrics
 
 
 @dataclass(slots=True)
@@ -144,10 +148,58 @@ def _retrieve(task: asyncio.Task[InvokeResult | None]) -> None:
         task.exception()
 
 
-def _code_of(error: BaseException) -> str:
+def code_of(error: BaseException) -> str:
+    """The error code an event or a metric reports for ``error``."""
     if isinstance(error, errors.ServiceError):
         return error.code
     return type(error).__name__
+
+
+def attempt_outcome(error: BaseException | None) -> str:
+    """won, lost (superseded in a hedge race), cancelled or failed."""
+    if error is None:
+        return WON
+    if isinstance(error, asyncio.CancelledError):
+        reason = error.args[0] if error.args else None
+        return LOST if reason in (_HEDGE_WON, _PRIMARY_WON) else CANCELLED
+    return FAILED
+
+
+def emit_attempt(
+    emit: Emit,
+    route: str,
+    target: str,
+    endpoint: str,
+    kind: str,
+    started: float,
+    error: BaseException | None,
+) -> None:
+    outcome = attempt_outcome(error)
+    code = code_of(error) if outcome == FAILED and error is not None else None
+    emit(AttemptFinished(route, target, endpoint, kind, outcome, time.monotonic() - started, code))
+    if kind == HEDGE and outcome == LOST:
+        emit(HedgeLost(route, target))
+
+
+def record(
+    route: Route,
+    state: TargetState,
+    endpoint: str,
+    started: float,
+    error: BaseException | None,
+    kind: str,
+    emit: Emit | None,
+) -> None:
+    """The one place an attempt is recorded: the target's health, then the event stream."""
+    if error is None:
+        route.finish(state, started, _SUCCESS)
+    elif isinstance(error, asyncio.CancelledError | GeneratorExit):
+        route.finish(state, started, _CANCELLED)
+        error = asyncio.CancelledError() if isinstance(error, GeneratorExit) else error
+    else:
+        route.finish(state, started, outcome_of(error))
+    if emit is not None:
+        emit_attempt(emit, route.name, state.key, endpoint, kind, started, error)
 
 
 class Invoker:
@@ -156,13 +208,13 @@ class Invoker:
     def __init__(
         self,
         transport: Transport,
-        plan_for: Callable[[Route, TargetState], TargetPlan],
-        metrics: GatewayMetrics,
+        targets: Targets,
     ) -> None:
         self._transport = transport
-        self._plan_for = plan_for
+        self._targets = targets
         self._plans: dict[TargetState, TargetPlan] = {}
-        self.metrics = metrics
+        # The instrumentation stream; None (no hook): nothing is built or sent.
+        self.emit: Emit | None = None
 
     def plan(self, route: Route, state: TargetState) -> TargetPlan:
         # A TargetState belongs to exactly one route, so it is the key.
@@ -171,7 +223,7 @@ class Invoker:
             if len(self._plans) >= _MAX_PLANS:
                 # Default routes come and go with endpoint names; start afresh.
                 self._plans.clear()
-            plan = self._plans[state] = self._plan_for(route, state)
+            plan = self._plans[state] = self._targets.plan_for(route, state)
         return plan
 
     # -- one attempt ---------------------------------------------------------
@@ -202,27 +254,21 @@ class Invoker:
         state: TargetState,
         started: float,
         error: BaseException | None,
+        kind: str,
     ) -> None:
         route = call.route
-        if error is None:
-            route.finish(state, started, _SUCCESS)
-            self.plan(route, state).metrics.record_success(time.monotonic() - started)
-            return
-        if isinstance(error, asyncio.CancelledError):
-            route.finish(state, started, _CANCELLED)
-            return
-        route.finish(state, started, outcome_of(error))
-        self.plan(route, state).metrics.record_error(_code_of(error))
+        endpoint = self.plan(route, state).endpoint if self.emit is not None else ""
+        record(route, state, endpoint, started, error, kind, self.emit)
 
     async def _attempt_recorded(
-        self, call: CallSpec, state: TargetState, started: float
+        self, call: CallSpec, state: TargetState, started: float, kind: str
     ) -> InvokeResult:
         try:
             result = await self._attempt(call, state)
         except BaseException as error:
-            self._finish(call, state, started, error)
+            self._finish(call, state, started, error, kind)
             raise
-        self._finish(call, state, started, None)
+        self._finish(call, state, started, None, kind)
         return result
 
     # -- the call ------------------------------------------------------------
@@ -242,6 +288,10 @@ class Invoker:
         The plain path, one attempt that succeeds, is inlined here and builds
         no CallSpec: only a hedge or a failure needs one.
         """
+        if time.monotonic() >= deadline:
+            # Nothing is sent, and the target's health is not charged for it
+            # (the metrics hook counts it from the call's CallFinished).
+            raise errors.DeadlineExceeded("the call's deadline passed before the first attempt")
         state = route.pick(model)
         if state is None:
             raise errors.NoHealthyTarget(f"route {route.name}: every target is ejected")
@@ -252,14 +302,14 @@ class Invoker:
                     route, model, before_host, after_host, variant_pinned, body, deadline
                 )
                 return await self._invoke_hedged(call, state, delay)
-        started = route.start(state)
+        # Planned before the attempt starts: a bad endpoint name fails here, unrecorded.
         plan = self._plans.get(state) or self.plan(route, state)
+        started = route.start(state)
         request = _prepared(plan, before_host, after_host, variant_pinned, body, "")
         try:
             response = await self._transport.request(request, deadline)
             if response.status == 200:
-                route.finish(state, started, _SUCCESS)
-                plan.metrics.record_success(time.monotonic() - started)
+                record(route, state, plan.endpoint, started, None, PRIMARY, self.emit)
                 return result_from_response(response, plan.endpoint)
             failure: BaseException = decode_error(response)
         except BaseException as error:  # recorded below, then retried or re-raised
@@ -267,7 +317,7 @@ class Invoker:
         call = CallSpec(route, model, before_host, after_host, variant_pinned, body, deadline)
         call.attempts = 1
         call.payload_hash = request.payload_hash  # hashed once, whatever the attempts
-        self._finish(call, state, started, failure)
+        self._finish(call, state, started, failure, PRIMARY)
         if isinstance(failure, errors.GatewayError):
             return await self._after_failure(call, failure, [state])
         raise failure
@@ -286,17 +336,18 @@ class Invoker:
         assert caller is not None
         race = _Race(caller)
         started = call.route.start(state)
-        timer = asyncio.get_running_loop().call_later(delay, self._fire_hedge, call, race, state)
+        timer = asyncio.get_running_loop().call_later(
+            delay, self._fire_hedge, call, race, state, delay
+        )
         try:
-            result = await self._attempt_recorded(call, state, started)
+            result = await self._attempt_recorded(call, state, started, PRIMARY)
         except asyncio.CancelledError:
             timer.cancel()
             if race.woke_caller and caller.uncancel() == 0:
                 assert race.hedge_result is not None
                 call.route.observe_superseded(started)
-                self.metrics.bump(self.metrics.hedge_wins, call.route.name)
                 return self._stamp(call, race.hedge_result)
-            self._cancel_hedge(race)
+            self._cancel_hedge(race, None)
             raise
         except errors.GatewayError as error:
             timer.cancel()
@@ -304,33 +355,35 @@ class Invoker:
             return await self._primary_failed(call, race, error, state)
         race.primary_done = True
         timer.cancel()
-        self._cancel_hedge(race)
+        self._cancel_hedge(race, _PRIMARY_WON)
         return self._stamp(call, result)
 
-    def _fire_hedge(self, call: CallSpec, race: _Race, primary: TargetState) -> None:
+    def _fire_hedge(self, call: CallSpec, race: _Race, primary: TargetState, delay: float) -> None:
         if race.primary_done:
             return
-        task = asyncio.get_running_loop().create_task(self._hedge(call, race, primary))
+        task = asyncio.get_running_loop().create_task(self._hedge(call, race, primary, delay))
         task.add_done_callback(_retrieve)
         race.hedge_task = task
 
     async def _hedge(
-        self, call: CallSpec, race: _Race, primary: TargetState
+        self, call: CallSpec, race: _Race, primary: TargetState, delay: float
     ) -> InvokeResult | None:
         # The timer can fire in the same loop turn as the primary's answer,
         # before the caller resumes: yield once so such a hedge is never sent
         # and never spends a budget token.
         await asyncio.sleep(0)
         route = call.route
-        if race.primary_done or not route.try_acquire_hedge():
+        if race.primary_done or time.monotonic() >= call.deadline or not route.try_acquire_hedge():
             return None
         backup = route.pick(call.model, exclude=(primary,), reuse_excluded=True)
         if backup is None:
             return None
         call.hedged = True
-        self.metrics.bump(self.metrics.hedges, route.name)
+        emit = self.emit
+        if emit is not None:
+            emit(HedgeFired(route.name, backup.key, delay))
         started = route.start_backup(backup)
-        result = await self._attempt_recorded(call, backup, started)
+        result = await self._attempt_recorded(call, backup, started, HEDGE)
         race.hedge_result = result
         if not race.primary_done:
             # Wake the caller, still awaiting the primary, with a cancellation
@@ -340,10 +393,10 @@ class Invoker:
         return result
 
     @staticmethod
-    def _cancel_hedge(race: _Race) -> None:
+    def _cancel_hedge(race: _Race, reason: str | None) -> None:
         task = race.hedge_task
         if task is not None and not task.done():
-            task.cancel()
+            task.cancel(reason)
 
     async def _primary_failed(
         self, call: CallSpec, race: _Race, error: errors.GatewayError, primary: TargetState
@@ -358,7 +411,6 @@ class Invoker:
             return await self._after_failure(call, hedge_error, [primary])
         if result is None:  # the hedge stood down without sending anything
             return await self._after_failure(call, error, [primary])
-        self.metrics.bump(self.metrics.hedge_wins, call.route.name)
         return self._stamp(call, result)
 
     # -- retries -------------------------------------------------------------
@@ -383,7 +435,11 @@ class Invoker:
             backoff = route.backoff(state.attempt_number)
             if isinstance(failure, errors.ModelNotReady | errors.Throttling):
                 backoff *= 2  # the far side asked for room: give it some
-            return max(0.0, min(backoff, call.deadline - time.monotonic()))
+            backoff = max(0.0, min(backoff, call.deadline - time.monotonic()))
+            emit = self.emit
+            if emit is not None and failure is not None:
+                emit(RetryScheduled(route.name, state.attempt_number, backoff, code_of(failure)))
+            return backoff
 
         retrying = AsyncRetrying(
             stop=stop,
@@ -404,25 +460,119 @@ class Invoker:
         raise AssertionError("unreachable: tenacity either returns or raises")
 
     async def _retry_once(self, call: CallSpec, tried: list[TargetState]) -> InvokeResult:
+        if time.monotonic() >= call.deadline:
+            raise errors.DeadlineExceeded("the call's deadline passed before a retry")
         route = call.route
         state = route.pick(call.model, exclude=tried, reuse_excluded=True)
         if state is None:
             raise errors.NoHealthyTarget(f"route {route.name}: no target left to retry on")
         tried.append(state)
-        self.metrics.bump(self.metrics.retries, route.name)
         started = route.start_backup(state)
-        result = await self._attempt_recorded(call, state, started)
+        result = await self._attempt_recorded(call, state, started, RETRY)
         return self._stamp(call, result)
 
     def _final(self, call: CallSpec, error: errors.GatewayError) -> errors.GatewayError:
-        if isinstance(error, errors.DeadlineExceeded) or (
-            error.retryable and time.monotonic() >= call.deadline
+        error.attempts = call.attempts
+        if (
+            not isinstance(error, errors.DeadlineExceeded)
+            and error.retryable
+            and time.monotonic() >= call.deadline
         ):
-            self.metrics.bump(self.metrics.deadline_exceeded, call.route.name)
-            if not isinstance(error, errors.DeadlineExceeded):
-                deadline_error = errors.DeadlineExceeded(
-                    f"deadline passed after {call.attempts} attempt(s); last error: {error}"
-                )
-                deadline_error.__cause__ = error
-                return deadline_error
+            deadline_error = errors.DeadlineExceeded(
+                f"deadline passed after {call.attempts} attempt(s); last error: {error}"
+            )
+            deadline_error.__cause__ = error
+            deadline_error.attempts = call.attempts
+            return deadline_error
         return error
+
+    # -- single attempts: the response stream and async invocations -------------
+
+    def single(self, route: Route) -> tuple[TargetState, TargetPlan]:
+        """The target of a call that is never hedged or retried."""
+        state = route.pick(None)
+        if state is None:
+            raise errors.NoHealthyTarget(f"route {route.name}: every target is ejected")
+        return state, self.plan(route, state)
+
+    async def open_stream(
+        self,
+        route: Route,
+        state: TargetState,
+        plan: TargetPlan,
+        request: PreparedRequest,
+        deadline: float,
+    ) -> tuple[StreamingResponse, Callable[[BaseException | None], None]]:
+        """Open a response stream; the caller calls ``finish`` once when it ends."""
+        _check_deadline(deadline)
+        started = route.start(state)
+
+        def finished(error: BaseException | None) -> None:
+            record(route, state, plan.endpoint, started, error, PRIMARY, self.emit)
+
+        try:
+            stream = await self._transport.stream(request, deadline)
+        except BaseException as error:
+            finished(error)
+            raise
+        return stream, finished
+
+    async def send_once(
+        self,
+        route: Route,
+        state: TargetState,
+        plan: TargetPlan,
+        request: PreparedRequest,
+        deadline: float,
+        ok: tuple[int, ...],
+    ) -> RawResponse:
+        """One recorded attempt; a status outside ``ok`` raises its decoded error."""
+        _check_deadline(deadline)
+        started = route.start(state)
+        error: BaseException | None = None
+        try:
+            response = await self._transport.request(request, deadline)
+            if response.status not in ok:
+                raise decode_error(response)
+            return response
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            record(route, state, plan.endpoint, started, error, PRIMARY, self.emit)
+
+    # -- active health checks ----------------------------------------------------
+
+    async def health_checks(self, routes: list[Route]) -> None:
+        """Forever: a cheap invocation to each target of ``routes`` when it is due."""
+        tick = max(0.05, min(r.config.health_check.interval_s for r in routes) / 2)
+        while True:
+            await asyncio.sleep(tick)
+            for route in routes:
+                route.refresh_health()
+                check = route.config.health_check
+                for state in route.targets:
+                    if route.due_for_health_check(state) or route.needs_probe(state):
+                        healthy = await self._check_target(
+                            route, state, check.body, check.content_type
+                        )
+                        route.record_health_check(state, healthy)
+
+    async def _check_target(
+        self, route: Route, state: TargetState, body: bytes, content_type: str
+    ) -> bool:
+        plan = self.plan(route, state)
+        headers = [("content-type", content_type), ("host", plan.host)]
+        request = PreparedRequest(
+            plan.origin, plan.invoke_path, plan.invoke_prefix, headers, body, plan.signer
+        )
+        try:
+            response = await self._transport.request(request, time.monotonic() + 1.0)
+        except errors.GatewayError:
+            return False
+        return response.status == 200
+
+
+def _check_deadline(deadline: float) -> None:
+    if time.monotonic() >= deadline:
+        raise errors.DeadlineExceeded("the call's deadline passed before it was sent")

@@ -1,0 +1,546 @@
+# Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py); an editable install runs it
+# as plain Python. Keep it compilable: no async generators, no monkeypatching of its classes,
+# re-check attributes narrowed before an await. A compiled install needs a rebuild after edits.
+"""The SageMaker Runtime vocabulary: request headers, validation, results, rest-json errors.
+
+Sans-IO: header pairs and bytes in, typed values out. The transports under
+``gateway/_http`` move the bytes; this module knows what they mean.
+
+The vocabulary itself (``operations()``: every operation's request and
+response members, their keywords, headers, bounds and signing order) is read
+from botocore's ``sagemaker-runtime`` service model at import, so Gateway,
+``gateway.compat``, the sidecar and the emulator share one table and a member
+botocore adds is one place to handle, not eight.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import botocore.session
+import orjson
+from botocore import xform_name
+
+from gateway import errors
+from gateway._http.message import RawResponse, headers_from_raw, split_head
+
+MAX_PAYLOAD_BYTES = 6 * 1024 * 1024
+
+
+# SageMaker endpoint names: letters, digits and inner hyphens, at most 63.
+_ENDPOINT_NAME = re.compile(r"[a-zA-Z0-9](?:-*[a-zA-Z0-9]){0,62}")
+# A header value may hold any visible Latin-1 character, space and tab, but
+# never CR, LF or NUL: those would let a caller inject headers. Other control
+# characters are not valid in a field value either (RFC 9110 5.5).
+_FORBIDDEN_IN_HEADER = re.compile(r"[\r\n\x00]")
+_CONTROL_IN_HEADER = re.compile(r"[\x01-\x08\x0e-\x1b\x7f]")
+
+
+# -- the vocabulary, from botocore's service model ------------------------------
+
+SERVICE_NAME = "sagemaker-runtime"
+# Keywords that differ from botocore's snake_case of the member name (kept
+# for the callers that already use them).
+_KEYWORD_OVERRIDES = {"InferenceComponentName": "inference_component"}
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One request or response member of an operation, as the service model defines it."""
+
+    name: str  # botocore's parameter name: "TargetModel"
+    keyword: str  # Gateway's keyword argument: "target_model"
+    location: str  # "header", "uri" or "body" (the payload, or a JSON body member)
+    header: str  # the wire header, lower-case ("" when not a header)
+    wire_header: str  # the header as the model spells it ("X-Amzn-SageMaker-Target-Model")
+    kind: str  # "string", "integer", "blob" or "structure" (an event stream)
+    required: bool
+    min_length: int  # strings: length bounds; integers: value bounds
+    max_length: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """One SageMaker Runtime operation: its path, request and response members."""
+
+    name: str  # "InvokeEndpoint"
+    action: str  # the path after /endpoints/{EndpointName}/
+    success_status: int
+    request: tuple[Member, ...]  # in the model's order
+    response: tuple[Member, ...]
+    errors: tuple[str, ...]
+    # Request headers in SigV4's signing order (sorted by lower-case name).
+    headers: tuple[Member, ...]
+    by_name: Mapping[str, Member]
+    by_keyword: Mapping[str, Member]
+    by_header: Mapping[str, Member]
+    input_shape: Any  # botocore's (compat validates with it, as botocore does)
+
+    def header_keywords(self) -> tuple[tuple[str, str], ...]:
+        """(keyword, header) of the request headers that sort after ``host``, in order."""
+        return tuple((m.keyword, m.header) for m in self.headers if m.header > "host")
+
+
+def _member(name: str, shape: Any, required: bool) -> Member:
+    serialization = shape.serialization
+    location = serialization.get("location") or "body"
+    wire_header = serialization.get("name", "") if location == "header" else ""
+    metadata = shape.metadata
+    return Member(
+        name=name,
+        keyword=_KEYWORD_OVERRIDES.get(name) or xform_name(name),
+        location=location,
+        header=wire_header.lower(),
+        wire_header=wire_header,
+        kind=shape.type_name,
+        required=required,
+        min_length=int(metadata.get("min", 0)),
+        max_length=int(metadata["max"]) if "max" in metadata else None,
+    )
+
+
+def _operation(model: Any) -> Operation:
+    request_shape, response_shape = model.input_shape, model.output_shape
+    required = set(request_shape.required_members)
+    request = tuple(_member(n, s, n in required) for n, s in request_shape.members.items())
+    response = tuple(_member(n, s, False) for n, s in response_shape.members.items())
+    headers = tuple(sorted((m for m in request if m.header), key=lambda m: m.header))
+    uri = model.http["requestUri"]
+    return Operation(
+        name=model.name,
+        action=uri.rsplit("/", 1)[-1],
+        success_status=int(model.http.get("responseCode", 200)),
+        request=request,
+        response=response,
+        errors=tuple(shape.name for shape in model.error_shapes),
+        headers=headers,
+        by_name={m.name: m for m in request},
+        by_keyword={m.keyword: m for m in request},
+        by_header={m.header: m for m in headers},
+        input_shape=request_shape,
+    )
+
+
+def _load_operations() -> dict[str, Operation]:
+    model = botocore.session.get_session().get_service_model(SERVICE_NAME)
+    return {name: _operation(model.operation_model(name)) for name in model.operation_names}
+
+
+# Loaded once, at import (botocore's loader reads one JSON file: milliseconds).
+_OPERATIONS = _load_operations()
+
+
+def operations() -> Mapping[str, Operation]:
+    """Every operation of botocore's ``sagemaker-runtime`` model, by name."""
+    return _OPERATIONS
+
+
+INVOKE = operations()["InvokeEndpoint"]
+INVOKE_STREAM = operations()["InvokeEndpointWithResponseStream"]
+INVOKE_ASYNC = operations()["InvokeEndpointAsync"]
+BY_ACTION = {operation.action: operation for operation in operations().values()}
+
+# InvokeEndpoint's optional x-amzn-sagemaker-* request headers: keyword -> header, sorted.
+INVOKE_HEADERS: tuple[tuple[str, str], ...] = INVOKE.header_keywords()
+MAX_ASYNC_BODY_BYTES = INVOKE_ASYNC.by_name["Body"].max_length or 128_000
+
+
+def check_value(member: Member, value: str) -> str:
+    """A request header's value checked against the model and HTTP; the value to send."""
+    value = check_header_value(member.name, value)
+    if len(value) < member.min_length:
+        raise errors.InvalidRequest(
+            f"{member.name}: must be at least {member.min_length} character(s) long"
+        )
+    if member.max_length is not None and len(value) > member.max_length:
+        raise errors.InvalidRequest(
+            f"{member.name}: {len(value)} characters, at most {member.max_length} allowed"
+        )
+    return value
+
+
+def check_integer(member: Member, value: object) -> str:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise errors.InvalidRequest(f"{member.name}: must be an integer, got {value!r}")
+    if value < member.min_length or (member.max_length is not None and value > member.max_length):
+        raise errors.InvalidRequest(
+            f"{member.name}: {value} is outside {member.min_length}..{member.max_length}"
+        )
+    return str(value)
+
+
+def sagemaker_headers(operation: Operation, values: Mapping[str, object]) -> list[tuple[str, str]]:
+    """The headers after ``host`` (``x-amzn-sagemaker-*``) for ``values``, in signing order.
+
+    ``values`` maps keywords to values; None is left out; every value is
+    checked against the model.
+    """
+    headers: list[tuple[str, str]] = []
+    for member in operation.headers:
+        if member.header < "host":
+            continue
+        value = values.get(member.keyword)
+        if value is None:
+            continue
+        if member.kind == "integer":
+            headers.append((member.header, check_integer(member, value)))
+        else:
+            headers.append((member.header, check_value(member, str(value))))
+    return headers
+
+
+def signable_headers(
+    operation: Operation, host: str, values: Mapping[str, object]
+) -> list[tuple[str, str]]:
+    """Every signable request header of ``operation``, sorted as SigV4 signs them.
+
+    The plain headers the model names (``accept``, ``content-type``) sort before
+    ``host``; the ``x-amzn-sagemaker-*`` ones after it (and after ``x-amz-date``,
+    which the signer inserts just past ``host``).
+    """
+    headers: list[tuple[str, str]] = []
+    for member in operation.headers:
+        if member.header > "host":
+            break
+        value = values.get(member.keyword)
+        if value is not None:
+            headers.append((member.header, check_value(member, str(value))))
+    headers.append(("host", host))
+    headers += sagemaker_headers(operation, values)
+    return headers
+
+
+def check_endpoint_name(name: str) -> None:
+    # The pattern's repetition counts hyphen runs as one step: check the length too.
+    if len(name) > 63 or not _ENDPOINT_NAME.fullmatch(name):
+        raise errors.InvalidRequest(
+            f"invalid endpoint name {name[:80]!r}: letters, digits and hyphens, at most 63"
+        )
+
+
+def check_header_value(name: str, value: str) -> str:
+    """Refuse values that would corrupt or inject headers; return the trimmed value."""
+    if _FORBIDDEN_IN_HEADER.search(value):
+        raise errors.InvalidHeaderValue(f"header {name} contains CR, LF or NUL")
+    if _CONTROL_IN_HEADER.search(value):
+        raise errors.InvalidHeaderValue(f"header {name} contains a control character")
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        raise errors.InvalidHeaderValue(f"header {name} is not Latin-1 text") from None
+    # SigV4 folds every run of whitespace (tabs too) into one space; sending the
+    # value folded keeps the signature and the bytes on the wire in agreement.
+    return " ".join(value.split())
+
+
+def check_payload(body: bytes) -> None:
+    if len(body) > MAX_PAYLOAD_BYTES:
+        raise errors.InvalidRequest(
+            f"payload of {len(body)} bytes exceeds SageMaker's limit of {MAX_PAYLOAD_BYTES}"
+        )
+
+
+# Response headers InvokeResult exposes, by the raw lower-case name.
+_RESULT_FIELDS = {
+    b"content-type": "content_type",
+    b"x-amzn-invoked-production-variant": "invoked_variant",
+    b"x-amzn-sagemaker-custom-attributes": "custom_attributes",
+    b"x-amzn-requestid": "request_id",
+    b"x-amzn-sagemaker-new-session-id": "new_session_id",
+    b"x-amzn-sagemaker-closed-session-id": "closed_session_id",
+}
+_FIELD_NAMES = tuple(_RESULT_FIELDS.values())
+_NO_FIELDS = (None,) * len(_FIELD_NAMES)
+
+
+class InvokeResult:
+    """What InvokeEndpoint returned, plus where and how the gateway got it.
+
+    The header-derived fields (``content_type``, ``invoked_variant``,
+    ``custom_attributes``, ``request_id``, ``new_session_id``,
+    ``closed_session_id``) are decoded on first access: a caller that only
+    reads ``body`` never pays for them.
+    """
+
+    __slots__ = ("_fields", "_raw", "attempts", "body", "cache", "hedged", "target")
+
+    def __init__(
+        self,
+        body: bytes,
+        content_type: str | None = None,
+        *,
+        invoked_variant: str | None = None,
+        custom_attributes: str | None = None,
+        request_id: str | None = None,
+        new_session_id: str | None = None,
+        closed_session_id: str | None = None,
+        target: str | None = None,
+        hedged: bool = False,
+        attempts: int = 1,
+        cache: str | None = None,
+    ) -> None:
+        self.body = body
+        self.target = target  # the SageMaker endpoint that answered
+        self.hedged = hedged  # a hedge attempt was sent during this call
+        self.attempts = attempts
+        self.cache = cache  # "near", "redis", "stale", "coalesced" or None
+        self._raw: bytes | None = None  # a response head, decoded into _fields on first read
+        given = (
+            content_type,
+            invoked_variant,
+            custom_attributes,
+            request_id,
+            new_session_id,
+            closed_session_id,
+        )
+        # None: decode the fields from _raw on first read (the hot path sets _raw).
+        self._fields: dict[str, str] | None = None
+        if given != _NO_FIELDS:
+            self._fields = {
+                name: value
+                for name, value in zip(_FIELD_NAMES, given, strict=True)
+                if value is not None
+            }
+
+    @classmethod
+    def from_fields(
+        cls, body: bytes, fields: dict[str, str], target: str | None, cache: str | None
+    ) -> InvokeResult:
+        """A result from already-decoded fields (a cached answer): no parsing at all."""
+        result = cls(body, target=target, attempts=0, cache=cache)
+        result._fields = fields
+        return result
+
+    def _field(self, name: str) -> str | None:
+        fields = self._fields
+        if fields is None:
+            fields = self._fields = {}
+            for raw_name, raw_value in split_head(self._raw or b""):
+                field_name = _RESULT_FIELDS.get(raw_name.lower())
+                if field_name is not None:
+                    fields[field_name] = raw_value.decode("latin-1")
+        return fields.get(name)
+
+    @property
+    def content_type(self) -> str | None:
+        return self._field("content_type")
+
+    @property
+    def invoked_variant(self) -> str | None:
+        return self._field("invoked_variant")
+
+    @property
+    def custom_attributes(self) -> str | None:
+        return self._field("custom_attributes")
+
+    @property
+    def request_id(self) -> str | None:
+        return self._field("request_id")
+
+    @property
+    def new_session_id(self) -> str | None:
+        return self._field("new_session_id")
+
+    @property
+    def closed_session_id(self) -> str | None:
+        return self._field("closed_session_id")
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """Every response header, lower-case names (empty for cached answers)."""
+        return headers_from_raw(self._raw) if self._raw is not None else {}
+
+    def _public(self) -> tuple[object, ...]:
+        fields = tuple(self._field(name) for name in _FIELD_NAMES)
+        return (self.body, *fields, self.target, self.hedged, self.attempts, self.cache)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, InvokeResult):
+            return NotImplemented
+        return self._public() == other._public()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it replaced
+
+    def __repr__(self) -> str:
+        parts = ", ".join(
+            f"{name}={value!r}"
+            for name, value in zip(
+                ("body", *_FIELD_NAMES, "target", "hedged", "attempts", "cache"),
+                self._public(),
+                strict=True,
+            )
+        )
+        return f"InvokeResult({parts})"
+
+
+def result_from_response(response: RawResponse, target: str | None) -> InvokeResult:
+    raw = response.raw
+    if raw is not None:
+        # The hot path: headers decoded only if read.
+        result = InvokeResult(response.body, target=target)
+        result._raw = raw
+        return result
+    headers = response.headers
+    return InvokeResult(
+        response.body,
+        headers.get("content-type"),
+        invoked_variant=headers.get("x-amzn-invoked-production-variant"),
+        custom_attributes=headers.get("x-amzn-sagemaker-custom-attributes"),
+        request_id=headers.get("x-amzn-requestid"),
+        new_session_id=headers.get("x-amzn-sagemaker-new-session-id"),
+        closed_session_id=headers.get("x-amzn-sagemaker-closed-session-id"),
+        target=target,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AsyncInvocation:
+    """InvokeEndpointAsync's answer: where the output will be written."""
+
+    inference_id: str | None
+    output_location: str | None
+    failure_location: str | None
+    request_id: str | None = None
+
+
+def async_invocation_from_response(response: RawResponse) -> AsyncInvocation:
+    body = _json_object(response.body)
+    inference_id = body.get("InferenceId") if body else None
+    return AsyncInvocation(
+        inference_id=inference_id if isinstance(inference_id, str) else None,
+        output_location=response.headers.get("x-amzn-sagemaker-outputlocation"),
+        failure_location=response.headers.get("x-amzn-sagemaker-failurelocation"),
+        request_id=response.headers.get("x-amzn-requestid"),
+    )
+
+
+# -- errors -----------------------------------------------------------------
+
+_ERROR_CLASSES: dict[str, type[errors.ServiceError]] = {
+    "ValidationError": errors.ValidationError,
+    "ModelError": errors.ModelError,
+    "ModelNotReadyException": errors.ModelNotReady,
+    "InternalFailure": errors.InternalFailure,
+    "ServiceUnavailable": errors.ServiceUnavailable,
+    "InternalDependencyException": errors.InternalDependency,
+    "ThrottlingException": errors.Throttling,
+    "Throttling": errors.Throttling,
+    "TooManyRequestsException": errors.Throttling,
+    "RequestLimitExceeded": errors.Throttling,
+    "InvalidSignatureException": errors.SignatureError,
+    "SignatureDoesNotMatch": errors.SignatureError,
+    "UnrecognizedClientException": errors.SignatureError,
+    "IncompleteSignature": errors.SignatureError,
+    "IncompleteSignatureException": errors.SignatureError,
+    "ExpiredToken": errors.SignatureError,
+    "InvalidAccessKeyId": errors.SignatureError,
+    "MissingAuthenticationToken": errors.SignatureError,
+    "MissingAuthenticationTokenException": errors.SignatureError,
+    "AccessDeniedException": errors.SignatureError,
+    "ExpiredTokenException": errors.SignatureError,
+    "InvalidClientTokenId": errors.SignatureError,
+}
+
+# When nothing names the error, the status is all there is to go on.
+_STATUS_CLASSES: dict[int, type[errors.ServiceError]] = {
+    400: errors.ValidationError,
+    403: errors.SignatureError,
+    424: errors.ModelError,
+    429: errors.ModelNotReady,
+    500: errors.InternalFailure,
+    502: errors.ServiceUnavailable,
+    503: errors.ServiceUnavailable,
+    504: errors.ServiceUnavailable,
+    530: errors.InternalDependency,
+}
+
+
+def _json_object(body: bytes) -> dict[str, object] | None:
+    if not body:
+        return None
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _error_code(headers: Mapping[str, str], body: dict[str, object] | None) -> str | None:
+    # As botocore reads it: the header first, then the body; the text before ':'
+    # and after the last '#' (``com.amazon.coral.service#ValidationError:http://...``).
+    header = headers.get("x-amzn-errortype")
+    if header:
+        return _bare_code(header)
+    if body:
+        for key in ("__type", "code", "Code"):
+            value = body.get(key)
+            if isinstance(value, str) and value:
+                return _bare_code(value)
+    return None
+
+
+def _bare_code(value: str) -> str | None:
+    return value.split(":", 1)[0].rsplit("#", 1)[-1].strip() or None
+
+
+def _text(body: dict[str, object] | None, *keys: str) -> str | None:
+    if body:
+        for key in keys:
+            value = body.get(key)
+            if isinstance(value, str):
+                return value
+    return None
+
+
+def decode_error(response: RawResponse) -> errors.ServiceError:
+    """Turn a non-2xx response into the matching typed error.
+
+    Works on SageMaker's rest-json shape and degrades to the HTTP status for
+    empty, truncated or non-JSON bodies (a load balancer's 502 page, say).
+    """
+    body = _json_object(response.body)
+    code = _error_code(response.headers, body)
+    error_class = _ERROR_CLASSES.get(code or "") or _STATUS_CLASSES.get(response.status)
+    if error_class is None:
+        error_class = errors.ServiceError
+    message = _text(body, "message", "Message") or _fallback_message(response)
+    common: dict[str, object] = {
+        "code": code or error_class.code,
+        "status": response.status,
+        "request_id": response.headers.get("x-amzn-requestid"),
+    }
+    if error_class is errors.ServiceError:
+        # An unknown code: 5xx and 429 are worth another try, the rest are not.
+        common["retryable"] = response.status >= 500 or response.status == 429
+    if error_class is errors.ModelError:
+        return errors.ModelError(
+            message,
+            original_status_code=_int_or_none(body.get("OriginalStatusCode") if body else None),
+            original_message=_text(body, "OriginalMessage"),
+            log_stream_arn=_text(body, "LogStreamArn"),
+            error_code=_text(body, "ErrorCode"),
+            **common,
+        )
+    return error_class(message, **common)  # type: ignore[arg-type]
+
+
+def _int_or_none(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    # isdigit() is also true of '²' and other non-ASCII digits int() refuses,
+    # and int() refuses strings past 4300 digits: only short ASCII numbers.
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 10:
+        return int(value)
+    return None
+
+
+def _fallback_message(response: RawResponse) -> str:
+    if not response.body:
+        return f"HTTP {response.status} with an empty body"
+    snippet = response.body[:200].decode("utf-8", "replace").strip()
+    return f"HTTP {response.status}: {snippet}"

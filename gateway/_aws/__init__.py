@@ -1,0 +1,1 @@
+"""Protocols both the client and the servers speak: SigV4 and the event stream."""

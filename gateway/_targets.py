@@ -1,0 +1,174 @@
+# Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py); an editable install runs it
+# as plain Python. Keep it compilable: no async generators, no monkeypatching of its classes,
+# re-check attributes narrowed before an await. A compiled install needs a rebuild after edits.
+"""Target planning: where each target's requests go and who signs them.
+
+Resolved once at start, with botocore (region, runtime URLs, credential
+chain), then per target on first use: its origin, its region's signer, its
+invoke path. The pipeline asks this module for a plan; nothing
+here calls back into ``Gateway``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from gateway import errors
+from gateway._api import check_endpoint_name, check_header_value
+from gateway._aws.sigv4 import SigV4Signer
+from gateway._config import GatewayConfig
+from gateway._credentials import CredentialSource, botocore_fetcher
+from gateway._http.message import Origin, user_agent
+from gateway._http.request import RequestSigner
+from routing import Route, TargetState
+
+__all__ = ["TargetPlan", "Targets"]
+
+
+class TargetPlan:
+    """Everything about one target computed once: where, which path, which signer."""
+
+    __slots__ = (
+        "endpoint",
+        "host",
+        "invoke_path",
+        "invoke_prefix",
+        "origin",
+        "signer",
+        "variant",
+    )
+
+    def __init__(
+        self,
+        endpoint: str,
+        origin: Origin,
+        signer: RequestSigner,
+        variant: str | None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.origin = origin
+        self.host = origin.host_header
+        self.signer = signer
+        self.variant = variant
+        self.invoke_path = f"/endpoints/{endpoint}/invocations"
+        self.invoke_prefix = SigV4Signer.request_prefix("POST", self.invoke_path)
+
+
+class Targets:
+    """Origins and signers per region, resolved with botocore at start."""
+
+    def __init__(self, config: GatewayConfig) -> None:
+        self.config = config
+        self.origin: Origin | None = None
+        self.region = ""
+        self._region_urls: dict[str, str] = {}
+        self._origins: dict[str, Origin] = {}
+        self._signers: dict[str, RequestSigner] = {}
+        self.credentials: CredentialSource | None = None
+        self.user_agent = _user_agent(config.user_agent_appid, config.user_agent_extra)
+
+    def start(
+        self, region: str, url: str, region_urls: dict[str, str], credentials: CredentialSource
+    ) -> None:
+        self.region, self._region_urls = region, region_urls
+        self.origin = Origin.from_url(url)
+        self.credentials = credentials
+
+    def all_origins(self, routes: Iterable[Route]) -> list[Origin]:
+        assert self.origin is not None
+        origins = {self.origin}
+        for route in routes:
+            for state in route.targets:
+                origins.add(self.target_origin(state.target.url, state.target.region))
+        return list(origins)
+
+    def resolve_with_botocore(self, regions: set[str]) -> tuple[str, str, dict[str, str], Any]:
+        """Region, runtime URLs and credential chain, resolved as botocore would.
+
+        Runs once, in a thread: building a botocore client costs tens of
+        milliseconds, which is fine at start and never acceptable per call.
+        """
+        import botocore.session
+
+        session = botocore.session.get_session()
+        if self.config.profile:
+            session.set_config_variable("profile", self.config.profile)
+        region = self.config.region or session.get_config_variable("region")
+        # AWS_SDK_UA_APP_ID or the profile's sdk_ua_app_id, unless given.
+        appid = self.config.user_agent_appid or session.get_config_variable("user_agent_appid")
+        self.user_agent = _user_agent(appid, self.config.user_agent_extra)
+        if not region:
+            raise errors.ConfigError(
+                "region: not set (pass region=, set it in the config, or set AWS_DEFAULT_REGION)"
+            )
+        # botocore applies AWS_ENDPOINT_URL(_SAGEMAKER_RUNTIME), the profile's
+        # endpoint_url and AWS_IGNORE_CONFIGURED_ENDPOINT_URLS itself.
+        url = self.config.endpoint_url or self._botocore_endpoint(session, region)
+        # Targets in other regions need their own regional runtime host.
+        region_urls = {r: self._botocore_endpoint(session, r) for r in regions if r != region}
+        fetch = botocore_fetcher(session) if self.config.credentials is None else None
+        return region, url, region_urls, fetch
+
+    def _botocore_endpoint(self, session: Any, region: str) -> str:
+        import botocore.config
+
+        # Only what the user set: unset options stay botocore's to resolve from
+        # the environment (AWS_USE_FIPS_ENDPOINT, ...) and the profile.
+        options = {
+            key: value
+            for key, value in (
+                ("use_fips_endpoint", self.config.use_fips_endpoint),
+                ("use_dualstack_endpoint", self.config.use_dualstack_endpoint),
+                ("ignore_configured_endpoint_urls", self.config.ignore_configured_endpoint_urls),
+            )
+            if value is not None
+        }
+        client = session.create_client(
+            "sagemaker-runtime",
+            region_name=region,
+            aws_access_key_id="unused",
+            aws_secret_access_key="unused",
+            config=botocore.config.Config(**options),
+        )
+        return str(client.meta.endpoint_url)
+
+    def target_origin(self, url: str | None, region: str | None) -> Origin:
+        assert self.origin is not None
+        if url is None and (region is None or region == self.region):
+            return self.origin
+        if url is None:
+            assert region is not None
+            url = (
+                self._region_urls.get(region) or f"https://runtime.sagemaker.{region}.amazonaws.com"
+            )
+        origin = self._origins.get(url)
+        if origin is None:
+            origin = self._origins[url] = Origin.from_url(url)
+        return origin
+
+    def signer_for(self, region: str | None) -> RequestSigner:
+        region = region or self.region
+        signer = self._signers.get(region)
+        if signer is None:
+            assert self.credentials is not None
+            signer = RequestSigner(SigV4Signer(region), self.credentials.current, self.user_agent)
+            self._signers[region] = signer
+        return signer
+
+    def plan_for(self, route: Route, state: TargetState) -> TargetPlan:
+        target = state.target
+        check_endpoint_name(target.endpoint)
+        return TargetPlan(
+            target.endpoint,
+            self.target_origin(target.url, target.region),
+            self.signer_for(target.region),
+            target.variant,
+        )
+
+
+def _user_agent(appid: str | None, extra: str | None) -> str:
+    try:
+        return check_header_value("user-agent", user_agent(appid, extra))
+    except errors.InvalidRequest as exc:
+        raise errors.ConfigError(f"user_agent_appid / user_agent_extra: {exc}") from None

@@ -1,0 +1,369 @@
+"""Several sidecar processes on one port: a supervisor and its workers.
+
+``python -m gateway sidecar --workers N`` runs :class:`Supervisor`. It
+binds the address first (so a taken port fails once, clearly, before any
+worker starts) and keeps that socket bound but never listening, so the
+kernel never hands it a connection. Each worker is the ordinary sidecar
+command in a process of its own (own event loop, own ``Gateway``, own near
+cache) with its own listening socket bound with ``SO_REUSEPORT`` to the same
+address: the kernel spreads new connections over the workers' listeners.
+
+The supervisor restarts a worker that dies (with backoff), forwards
+SIGTERM/SIGINT to every worker and exits once all of them have exited.
+
+Metrics: each worker also answers its own exposition on a Unix socket in
+the supervisor's private directory. A ``/metrics`` scrape, whichever worker
+the kernel gives it to, asks its siblings for theirs and adds them up
+sample by sample (:func:`merge_expositions`), so one scrape covers every
+worker and the counters add up to what the port served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gateway._server import processes as child_process
+from gateway.errors import ConfigError
+from gateway.sidecar._logging import worker_restarted
+from gateway.sidecar._metrics import merge_expositions
+
+__all__ = [
+    "Supervisor",
+    "WorkerContext",
+    "available_cores",
+    "os_reason",
+    "reserve_address",
+    "resolve_worker_count",
+]
+
+logger = logging.getLogger("gateway.sidecar")
+
+# Set by the supervisor in each worker's environment (single underscore: not
+# configuration, so the SAGEMAKER_GATEWAY__* overlay never sees them).
+ENV_INDEX = "SAGEMAKER_GATEWAY_WORKER_INDEX"
+ENV_DIR = "SAGEMAKER_GATEWAY_WORKER_DIR"
+
+# A worker that dies this soon after starting counts as crash-looping: the
+# delay before the next start doubles, up to the cap.
+_FIRST_BACKOFF_S = 0.5
+_MAX_BACKOFF_S = 30.0
+_HEALTHY_AFTER_S = 10.0
+_SIBLING_TIMEOUT_S = 2.0
+
+
+def available_cores(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+    """The cores this process may use, at least 1.
+
+    Its CPU affinity, lowered to a container's CPU limit (cgroup v2
+    ``cpu.max``, rounded up) when there is one: a pod limited to 2 CPUs on a
+    64-core node gets 2 workers, not 64.
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    try:
+        quota, period = cpu_max.read_text().split()[:2]
+    except (OSError, ValueError):
+        return max(1, cores)
+    if quota != "max" and int(period) > 0:
+        cores = min(cores, -(-int(quota) // int(period)))
+    return max(1, cores)
+
+
+def resolve_worker_count(workers: int) -> int:
+    """``workers`` from the config (0 stands for ``auto``) as a process count."""
+    return available_cores() if workers == 0 else workers
+
+
+def reserve_address(host: str, port: int) -> socket.socket:
+    """Bind ``host:port`` for the workers to share; raises ConfigError if impossible.
+
+    Bound without ``SO_REUSEPORT`` first, so that the bind fails if anything
+    holds the address (another sidecar included); then the option is set on
+    the bound socket, which lets the workers' listeners join. It never
+    listens: connections only ever go to the workers.
+    """
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {os_reason(exc)}") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(address)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {os_reason(exc)}") from None
+    return sock
+
+
+def os_reason(error: OSError) -> str:
+    """The operating system's words for ``error`` ("address already in use")."""
+    if isinstance(error, socket.gaierror):
+        return str(error.strerror or error).lower()
+    if error.errno is not None:
+        return os.strerror(error.errno).lower()
+    return str(error)
+
+
+# -- supervisor ---------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Worker:
+    index: int
+    process: asyncio.subprocess.Process | None = None
+    started_at: float = 0.0
+    backoff: float = _FIRST_BACKOFF_S
+
+
+class Supervisor:
+    """Starts, watches and stops the workers of one ``--workers N`` sidecar."""
+
+    def __init__(
+        self, argv: Sequence[str], sock: socket.socket, count: int, ready_prefix: str
+    ) -> None:
+        self._argv = list(argv)
+        self._sock = sock
+        self._count = count
+        self._ready_prefix = ready_prefix
+        self._workers = [_Worker(index) for index in range(count)]
+        self._stopping = False
+        self._stop_signal = signal.SIGTERM
+        self._changed = asyncio.Event()
+        self._dir = ""
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def listen(self) -> str:
+        host, port = self._sock.getsockname()[:2]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self._on_signal, signum)
+        self._dir = tempfile.mkdtemp(prefix="sagemaker-gateway-workers-")
+        try:
+            return await self._supervise()
+        finally:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._sock.close()
+
+    async def _supervise(self) -> int:
+        # The first worker alone: a config or credentials problem shows up as
+        # its one error line, not N copies of it.
+        first = await self._spawn(self._workers[0])
+        if first is None:
+            return await self._exit_code_of(self._workers[0])
+        rest = await asyncio.gather(*(self._spawn(w) for w in self._workers[1:]))
+        if self._stopping or any(url is None for url in rest):
+            self._forward(signal.SIGTERM)
+            await self._wait_all()
+            return 0 if self._stopping else 1
+        logger.info(
+            "sidecar workers started",
+            extra={"workers": self._count, "pids": [self._pid(w) for w in self._workers]},
+        )
+        print(f"{self._ready_prefix}{first}", flush=True)
+        watchers = [asyncio.create_task(self._watch(worker)) for worker in self._workers]
+        await asyncio.gather(*watchers)
+        return 0
+
+    def _pid(self, worker: _Worker) -> int | None:
+        return worker.process.pid if worker.process is not None else None
+
+    def _on_signal(self, signum: int) -> None:
+        self._stopping = True
+        self._stop_signal = signal.Signals(signum)
+        self._forward(signum)
+        self._changed.set()
+
+    def _forward(self, signum: int) -> None:
+        for worker in self._workers:
+            process = worker.process
+            if process is not None and process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(signum)
+
+    async def _spawn(self, worker: _Worker) -> str | None:
+        """Start ``worker``; its URL once it is ready, None if it exited first."""
+        env = {**os.environ, ENV_INDEX: str(worker.index), ENV_DIR: self._dir}
+        command = [
+            sys.executable,
+            "-m",
+            "gateway",
+            "sidecar",
+            *self._argv,
+            "--listen",
+            self.listen,
+            "--workers",
+            "1",
+        ]
+        worker.process = await asyncio.create_subprocess_exec(
+            *command,
+            stdout=asyncio.subprocess.PIPE,
+            env=env,
+            preexec_fn=child_process.die_with_parent,
+        )
+        worker.started_at = time.monotonic()
+        assert worker.process.stdout is not None
+        line = (await worker.process.stdout.readline()).decode().strip()
+        if not line.startswith(self._ready_prefix):
+            await worker.process.wait()
+            return None
+        # Nothing else is expected on stdout; read it so the pipe never fills.
+        drain = asyncio.create_task(_drain(worker.process.stdout))
+        self._tasks.add(drain)
+        drain.add_done_callback(self._tasks.discard)
+        if self._stopping:  # a signal arrived while it started: pass it on
+            with contextlib.suppress(ProcessLookupError):
+                worker.process.send_signal(self._stop_signal)
+        return line[len(self._ready_prefix) :]
+
+    async def _watch(self, worker: _Worker) -> None:
+        """Wait for ``worker`` to exit; start it again unless shutting down."""
+        while True:
+            process = worker.process
+            assert process is not None
+            code = await process.wait()
+            if self._stopping:
+                return
+            lived = time.monotonic() - worker.started_at
+            if lived >= _HEALTHY_AFTER_S:
+                worker.backoff = _FIRST_BACKOFF_S
+            delay = worker.backoff
+            worker.backoff = min(worker.backoff * 2, _MAX_BACKOFF_S)
+            worker_restarted(worker.index, process.pid, code, restart_in_s=delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), delay)
+            if self._stopping:
+                return
+            await self._spawn(worker)
+
+    async def _wait_all(self) -> None:
+        for worker in self._workers:
+            if worker.process is not None:
+                await worker.process.wait()
+
+    async def _exit_code_of(self, worker: _Worker) -> int:
+        """The first worker's exit status when it could not start (2: it said why)."""
+        assert worker.process is not None
+        code = await worker.process.wait()
+        return code if code > 0 else 1
+
+
+async def _drain(stream: asyncio.StreamReader) -> None:
+    while await stream.read(65536):
+        pass
+
+
+# -- worker side --------------------------------------------------------------
+
+
+class WorkerContext:
+    """A worker's link to its siblings: its own exposition out, theirs in."""
+
+    def __init__(self, index: int, directory: str) -> None:
+        self.index = index
+        self._dir = Path(directory)
+        self._path = self._dir / f"worker-{index}.sock"
+        self._server: asyncio.AbstractServer | None = None
+        self._local: Callable[[], bytes] = lambda: b""
+
+    def tag_logs(self) -> None:
+        """Every log line of this process carries ``"worker": <index>``."""
+        index = self.index
+
+        def tag(record: logging.LogRecord) -> bool:
+            record.worker = index
+            return True
+
+        for handler in logging.getLogger("gateway").handlers:
+            handler.addFilter(tag)
+
+    @classmethod
+    def from_environment(cls) -> WorkerContext | None:
+        index, directory = os.environ.get(ENV_INDEX), os.environ.get(ENV_DIR)
+        if index is None or not directory:
+            return None
+        return cls(int(index), directory)
+
+    async def start(self, local_exposition: Callable[[], bytes]) -> None:
+        """Answer siblings' requests for this worker's exposition."""
+        self._local = local_exposition
+        with contextlib.suppress(FileNotFoundError):
+            self._path.unlink()  # left by this worker's previous life
+        self._server = await asyncio.start_unix_server(self._answer, path=str(self._path))
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        with contextlib.suppress(FileNotFoundError):
+            self._path.unlink()
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            writer.write(self._local())
+            await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    async def exposition(self) -> bytes:
+        """Every live worker's metrics, added up (this one's read in-process).
+
+        Per-process families keep their worker's number, whichever worker
+        answered the scrape.
+        """
+        paths = sorted(self._sibling_paths(), key=_worker_number)
+        texts = await asyncio.gather(*(self._read(path) for path in paths))
+        live = [(str(_worker_number(p)), t) for p, t in zip(paths, texts, strict=True) if t]
+        return merge_expositions([text for _, text in live], [number for number, _ in live])
+
+    async def _read(self, path: Path) -> str | None:
+        return self._local().decode() if path == self._path else await _fetch(path)
+
+    def _sibling_paths(self) -> Iterator[Path]:
+        return self._dir.glob("worker-*.sock")
+
+
+def _worker_number(path: Path) -> int:
+    return int(path.stem.removeprefix("worker-"))
+
+
+async def _fetch(path: Path) -> str | None:
+    """A sibling's exposition; None if it is gone or restarting."""
+    try:
+        async with asyncio.timeout(_SIBLING_TIMEOUT_S):
+            reader, writer = await asyncio.open_unix_connection(str(path))
+            try:
+                data = await reader.read()
+            finally:
+                writer.close()
+    except (OSError, TimeoutError):
+        return None
+    return data.decode()
+
+
+# The signature the sidecar command calls in a worker.
+MetricsSource = Callable[[], Awaitable[bytes]]

@@ -1,0 +1,1 @@
+"""Programs built on the library (the demo, the load test); not part of the library API."""

@@ -1,0 +1,44 @@
+"""Session fixtures: the Dockerfile's stages run once (one wheel build); the plain wheel."""
+
+from __future__ import annotations
+
+import subprocess
+import venv
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.deploy._docker import DOCKERFILE, BuiltImage, parse_dockerfile, run_stage
+
+
+@pytest.fixture(scope="session")
+def docker_build(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BuiltImage]:
+    stages = parse_dockerfile(DOCKERFILE.read_text())
+    root = tmp_path_factory.mktemp("docker")
+    stage_roots: dict[str, Path] = {}
+    image: BuiltImage | None = None
+    for stage in stages:
+        stage_root = root / f"stage-{stage.name}"
+        stage_root.mkdir()
+        image = run_stage(stage, stage_root, stage_roots)
+        stage_roots[stage.name] = stage_root
+    assert image is not None
+    wheels = sorted((root / f"stage-{stages[0].name}").rglob("*.whl"))
+    assert len(wheels) == 1, wheels
+    image.wheel = wheels[0]
+    yield image
+
+
+@pytest.fixture(scope="session")
+def plain_install(docker_build: BuiltImage, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same wheel installed alone in a clean virtualenv: no extras, no dev tools."""
+    environment = tmp_path_factory.mktemp("plain") / "venv"
+    venv.EnvBuilder(with_pip=True, clear=True).create(environment)
+    python = environment / "bin" / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", str(docker_build.wheel)],
+        check=True,
+        capture_output=True,
+    )
+    return python

@@ -1,0 +1,204 @@
+"""The SageMaker vocabulary (gateway._api) comes from botocore's model, and every member
+of it is supported by Gateway, the sidecar and the emulator; bad input is refused with a
+``gateway.errors`` type before anything is sent."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import botocore.session
+import pytest
+
+from gateway import Gateway, InvokeResult, InvokeStream, errors
+from gateway._api import (
+    INVOKE,
+    INVOKE_ASYNC,
+    INVOKE_STREAM,
+    AsyncInvocation,
+    operations,
+    sagemaker_headers,
+    signable_headers,
+)
+from gateway.emulator import Emulator
+from gateway.emulator._service import CLOSE_SESSION
+from gateway.sidecar import _app as sidecar_app
+from tests.gateway.conftest import ACCESS_KEY, SECRET_KEY
+
+GATEWAY_METHODS = {
+    "InvokeEndpoint": Gateway.invoke,
+    "InvokeEndpointWithResponseStream": Gateway.invoke_stream,
+    "InvokeEndpointAsync": Gateway.invoke_async,
+}
+# Where each operation's response members surface.
+RESULT_TYPES: dict[str, type] = {
+    "InvokeEndpoint": InvokeResult,
+    "InvokeEndpointWithResponseStream": InvokeStream,
+    "InvokeEndpointAsync": AsyncInvocation,
+}
+SIDECAR_TABLES = {
+    "InvokeEndpoint": sidecar_app._INVOKE_ARGS,
+    "InvokeEndpointWithResponseStream": sidecar_app._STREAM_ARGS,
+    "InvokeEndpointAsync": sidecar_app._ASYNC_ARGS,
+}
+# A response member -> the attribute that carries it, where the names differ.
+RESULT_ATTRIBUTES = {"InvokedProductionVariant": "invoked_variant", "Body": "body"}
+
+
+def _snake(name: str) -> str:
+    return botocore.xform_name(name)
+
+
+def test_the_table_is_botocores_model() -> None:
+    model = botocore.session.get_session().get_service_model("sagemaker-runtime")
+    assert set(operations()) == set(model.operation_names)
+    for name, operation in operations().items():
+        shape = model.operation_model(name).input_shape
+        assert [m.name for m in operation.request] == list(shape.members)
+        for member in operation.request:
+            serialization = shape.members[member.name].serialization
+            assert (
+                member.wire_header == serialization.get("name", "") or member.location != "header"
+            )
+        # Signing order: SigV4 sorts headers by lower-case name. The signer inserts
+        # x-amz-date and x-amz-security-token just past host: no member sorts between.
+        assert [m.header for m in operation.headers] == sorted(m.header for m in operation.headers)
+        for member in operation.headers:
+            assert member.header < "host" or member.header > "x-amz-security-token", member
+
+
+def _parameters(method: str) -> set[str]:
+    """A Gateway method's parameter names, read from its source.
+
+    Compiled (mypyc) methods do not keep a signature ``inspect`` can read.
+    """
+    source = Path(errors.__file__).with_name("_client.py")
+    for node in ast.walk(ast.parse(source.read_text())):
+        if isinstance(node, ast.ClassDef) and node.name == "Gateway":
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and item.name == method:
+                    arguments = item.args
+                    return {a.arg for a in [*arguments.args, *arguments.kwonlyargs]}
+    raise AssertionError(f"Gateway.{method} not found in {source}")
+
+
+@pytest.mark.parametrize("operation", sorted(GATEWAY_METHODS))
+def test_gateway_takes_every_request_member(operation: str) -> None:
+    """A botocore upgrade that adds a member fails here until Gateway takes it."""
+    # A compiled method's __name__ is qualified ("Gateway.invoke").
+    parameters = _parameters(GATEWAY_METHODS[operation].__name__.rsplit(".", 1)[-1])
+    for member in operations()[operation].request:
+        if member.name != "EndpointName":
+            assert member.keyword in parameters, member.name
+
+
+@pytest.mark.parametrize("operation", sorted(RESULT_TYPES))
+def test_every_response_member_surfaces(operation: str) -> None:
+    result_type = RESULT_TYPES[operation]
+    for member in operations()[operation].response:
+        attribute = RESULT_ATTRIBUTES.get(member.name, _snake(member.name))
+        if operation == "InvokeEndpointWithResponseStream" and member.name == "Body":
+            continue  # the stream itself is the body
+        assert hasattr(result_type, attribute) or attribute in getattr(
+            result_type, "__dataclass_fields__", {}
+        ), (operation, member.name)
+
+
+@pytest.mark.parametrize("operation", sorted(SIDECAR_TABLES))
+def test_the_sidecar_reads_every_header_member(operation: str) -> None:
+    table = SIDECAR_TABLES[operation]
+    for member in operations()[operation].headers:
+        assert table[member.header] == member.keyword
+
+
+def test_one_function_builds_the_signable_headers() -> None:
+    values = {"accept": "text/csv", "content_type": "application/json", "prefix_aware_id": "p"}
+    headers = signable_headers(INVOKE_STREAM, "runtime.example", values)
+    assert headers == [
+        ("content-type", "application/json"),
+        ("host", "runtime.example"),
+        ("x-amzn-sagemaker-accept", "text/csv"),
+        ("x-amzn-sagemaker-prefix-aware-id", "p"),
+    ]
+    assert sagemaker_headers(INVOKE_ASYNC, {"request_ttl_seconds": 600}) == [
+        ("x-amzn-sagemaker-requestttlseconds", "600")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("values", "problem"),
+    [
+        ({"custom_attributes": "a" * 1025}, "at most 1024"),
+        ({"inference_id": ""}, "at least 1"),
+        ({"prefix_aware_id": "p" * 65}, "at most 64"),
+        ({"session_id": "x\r\ninjected: 1"}, "CR, LF"),
+    ],
+)
+def test_header_members_are_checked_against_the_model(
+    values: dict[str, object], problem: str
+) -> None:
+    with pytest.raises(errors.InvalidRequest, match=problem) as raised:
+        sagemaker_headers(INVOKE, values)
+    assert raised.value.retryable is False
+
+
+def test_async_integers_are_checked_against_the_model() -> None:
+    with pytest.raises(errors.InvalidRequest, match="RequestTTLSeconds"):
+        sagemaker_headers(INVOKE_ASYNC, {"request_ttl_seconds": 5})
+    with pytest.raises(errors.InvalidRequest, match="InvocationTimeoutSeconds"):
+        sagemaker_headers(INVOKE_ASYNC, {"invocation_timeout_seconds": 3601})
+
+
+# -- end to end, against the emulator ----------------------------------------------
+
+
+@pytest.fixture
+async def gateway(emulator: Emulator) -> Gateway:
+    return Gateway("us-east-1", endpoint_url=emulator.url, credentials=(ACCESS_KEY, SECRET_KEY))
+
+
+@pytest.mark.parametrize("name", ["", "a" * 64, "under_score", "a/b", "-leading", "space d"])
+async def test_bad_endpoint_names_are_refused_before_sending(
+    emulator: Emulator, gateway: Gateway, name: str
+) -> None:
+    async with gateway:
+        for call in (
+            gateway.invoke(name, b"x"),
+            gateway.invoke_async(name, input_location="s3://b/k"),
+            anext(aiter(gateway.invoke_stream(name, b"x"))),
+        ):
+            with pytest.raises(errors.InvalidRequest) as raised:
+                await call
+            assert raised.value.retryable is False
+    assert emulator.recorded == []
+
+
+async def test_oversize_bodies_are_refused_before_sending(
+    emulator: Emulator, gateway: Gateway
+) -> None:
+    async with gateway:
+        with pytest.raises(errors.InvalidRequest, match="128000"):
+            await gateway.invoke_async("echo", body=b"x" * 128_001)
+        with pytest.raises(errors.InvalidRequest):
+            await gateway.invoke("echo", b"x" * (6 * 1024 * 1024 + 1))
+        answer = await gateway.invoke_async("echo", body=b"x" * 128_000, filename="out.json")
+    assert answer.output_location is not None
+    assert answer.output_location.endswith("/echo/out.json")
+    assert len(emulator.recorded) == 1
+
+
+async def test_a_session_closes_with_closed_session_id(
+    emulator: Emulator, gateway: Gateway
+) -> None:
+    async with gateway:
+        opened = await gateway.invoke("echo", b"x", session_id="NEW_SESSION")
+        assert opened.new_session_id is not None
+        session = opened.new_session_id.split(";")[0]
+        still_open = await gateway.invoke("echo", b"x", session_id=session)
+        assert still_open.closed_session_id is None
+        closed = await gateway.invoke(
+            "echo", b"x", session_id=session, custom_attributes=CLOSE_SESSION
+        )
+        assert closed.closed_session_id == session
+        with pytest.raises(errors.ValidationError, match="not found or has expired"):
+            await gateway.invoke("echo", b"x", session_id=session)

@@ -1,0 +1,267 @@
+"""The shared server kit (sidecar and emulator) at the protocol's edges, over real sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+import pytest
+
+from gateway._server.http import (
+    Request,
+    Response,
+    Server,
+    ServerLimits,
+    StreamingResponse,
+    start_server,
+)
+
+LIMITS = ServerLimits(
+    max_header_size=2048,
+    max_body_size=1000,
+    header_timeout=0.3,
+    body_timeout=0.3,
+    keepalive_timeout=5.0,
+    write_timeout=0.5,
+)
+
+
+async def _handler(request: Request) -> Response | StreamingResponse:
+    if request.path == "/sleep":
+        await asyncio.sleep(float(request.query.partition("=")[2]))
+        return Response(200, [("x-done", "slept")], b"slept")
+    if request.path == "/no-content":
+        return Response(204, [("x-kind", "none")])
+    if request.path == "/header":
+        # The value to send back comes from the caller: CR, LF and NUL included.
+        value = bytes.fromhex(request.query).decode("latin-1")
+        return Response(200, [("x-echo", value)], b"body")
+    if request.path == "/stream-header":
+        value = bytes.fromhex(request.query).decode("latin-1")
+        return StreamingResponse(_parts(), headers=[("x-echo", value)])
+    if request.path == "/big":
+        return Response(200, [], b"b" * 4_000_000)
+    return Response(200, [], request.body)
+
+
+async def _parts() -> AsyncIterator[bytes]:
+    yield b"part"
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[Server]:
+    server = await start_server(_handler, "127.0.0.1", 0, limits=LIMITS)
+    yield server
+    await server.close(grace=1.0)
+
+
+async def _exchange(server: Server, data: bytes, timeout: float = 5) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        writer.write(data)
+        return await asyncio.wait_for(reader.read(), timeout)
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+async def test_partial_pipelined_request_does_not_drop_the_answer_in_flight(
+    server: Server,
+) -> None:
+    """A stalled second request times out (408) only after the first is answered."""
+    raw = await _exchange(
+        server,
+        b"GET /sleep?s=0.8 HTTP/1.1\r\nhost: x\r\n\r\n"  # outlives the 0.3 s header timeout
+        b"GET /second HTTP/1.1\r\nhost: x\r\nx-part",  # and is never finished
+    )
+    assert raw.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert b"\r\n\r\nslept" in raw
+    assert raw.index(b"HTTP/1.1 408 ") > raw.index(b"slept")
+
+
+async def test_no_content_answer_has_no_content_length(server: Server) -> None:
+    raw = await _exchange(
+        server, b"GET /no-content HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    )
+    head = raw.partition(b"\r\n\r\n")[0].lower()
+    assert raw.startswith(b"HTTP/1.1 204 ")
+    assert b"content-length" not in head and b"transfer-encoding" not in head
+
+
+@pytest.mark.parametrize("path", ["/header", "/stream-header"])
+@pytest.mark.parametrize("bad", ["a\rb", "a\nb", "a\r\nx-injected: 1", "a\x00b"])
+async def test_cr_lf_or_nul_in_a_response_header_is_never_written(
+    server: Server, path: str, bad: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    query = bad.encode("latin-1").hex()
+    with caplog.at_level(logging.ERROR, logger="gateway.http_server"):
+        raw = await _exchange(
+            server, f"GET {path}?{query} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n".encode()
+        )
+    assert raw.startswith(b"HTTP/1.1 500 ")
+    assert b"x-echo" not in raw and b"x-injected" not in raw
+    # A clean error for the operator: one line, no traceback.
+    records = [record for record in caplog.records if "CR, LF or NUL" in record.getMessage()]
+    assert records and all(record.exc_info is None for record in records)
+
+
+async def test_declared_oversized_body_is_answered_at_once(server: Server) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        writer.write(b"POST /x HTTP/1.1\r\nhost: x\r\ncontent-length: 100000000\r\n\r\n")
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert head.startswith(b"HTTP/1.1 413 ")
+        # Lingering close: the client may go on sending without a reset...
+        writer.write(b"z" * 100_000)
+        await writer.drain()
+        # ...and the server half-closed after its answer.
+        rest = await asyncio.wait_for(reader.read(), 5)
+        assert b"exceeded 1000 bytes" in rest
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+async def test_head_limit_counts_raw_bytes_across_pipelined_requests(server: Server) -> None:
+    """Small requests pipelined past the head limit are all served (no false 431)."""
+    request = b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 3\r\n\r\nabc"
+    count = 3 * LIMITS.max_header_size // len(request)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        writer.write(request * count + b"GET /last HTTP/1.1\r\nconnection: close\r\n\r\n")
+        raw = await asyncio.wait_for(reader.read(), 5)
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    assert raw.count(b"HTTP/1.1 200 OK") == count + 1
+    assert b" 431 " not in raw
+
+
+async def test_a_client_that_never_reads_is_cut_off(
+    server: Server,
+) -> None:
+    """The write-progress timeout frees a connection whose peer reads nothing."""
+    _reader, writer = await asyncio.open_connection("127.0.0.1", server.port, limit=1024)
+    transport = writer.transport
+    transport.pause_reading()  # the client reads nothing
+    request = b"GET /big HTTP/1.1\r\nhost: x\r\n\r\n"
+    try:
+        for _ in range(200):
+            writer.write(request)
+        await asyncio.sleep(0.2)
+        assert server.connection_count == 1
+        for _ in range(100):
+            if not server._connections:
+                break
+            await asyncio.sleep(0.05)
+        assert server.connection_count == 0
+    finally:
+        writer.close()
+
+
+async def test_queued_bodies_are_bounded_per_connection() -> None:
+    limits = ServerLimits(max_body_size=100_000, max_queued_bytes=150_000)
+    gate = asyncio.Event()
+
+    async def held(request: Request) -> Response:
+        await gate.wait()
+        return Response(200, [], b"ok")
+
+    server = await start_server(held, "127.0.0.1", 0, limits=limits)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        body = b"q" * 90_000
+        request = b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n%b" % (len(body), body)
+        writer.write(request * 12)
+        await asyncio.sleep(0.3)
+        (connection,) = server._connections
+        # One in the handler, at most two waiting (150 kB), the rest unread.
+        assert connection._queued_bytes <= limits.max_queued_bytes + len(body)
+        assert len(connection._queue) <= 2
+        gate.set()
+        answers = b""
+        while answers.count(b"HTTP/1.1 200") < 12:
+            answers += await asyncio.wait_for(reader.read(65536), 5)
+        writer.close()
+        await writer.wait_closed()
+    finally:
+        await server.close(grace=1.0)
+
+
+async def test_many_pipelined_requests_then_eof_are_all_answered(server: Server) -> None:
+    """More requests in one read than the queue takes, then a half-close: none lost."""
+    count = 3 * LIMITS.max_pipelined
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        writer.write(b"GET /n HTTP/1.1\r\nhost: x\r\n\r\n" * count)
+        writer.write_eof()
+        raw = await asyncio.wait_for(reader.read(), 5)
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    assert raw.count(b"HTTP/1.1 200 OK") == count
+
+
+async def _ask(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str) -> bytes:
+    writer.write(f"GET {path} HTTP/1.1\r\nhost: x\r\n\r\n".encode())
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    return head + await asyncio.wait_for(reader.readexactly(length), 5)
+
+
+async def test_one_worker_task_serves_a_connection_and_one_per_connection() -> None:
+    """A keep-alive connection's requests share one task (no task per request),
+    and connections do not share theirs."""
+    tasks: list[asyncio.Task[object] | None] = []
+
+    async def handler(request: Request) -> Response:
+        tasks.append(asyncio.current_task())
+        return Response(200, [], b"ok")
+
+    server = await start_server(handler, "127.0.0.1", 0, limits=LIMITS)
+    try:
+        for _ in range(2):
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            for _ in range(4):
+                assert (await _ask(reader, writer, "/")).endswith(b"\r\n\r\nok")
+            writer.close()
+            await writer.wait_closed()
+    finally:
+        await server.close(grace=1.0)
+    assert len(tasks) == 8
+    assert len(set(tasks[:4])) == 1 and len(set(tasks[4:])) == 1
+    assert tasks[0] is not tasks[4]
+
+
+async def test_a_served_connection_left_idle_is_closed_by_the_keepalive_timeout() -> None:
+    """The worker waiting for the next request does not count as busy."""
+    limits = ServerLimits(keepalive_timeout=0.2, header_timeout=5.0)
+    server = await start_server(_handler, "127.0.0.1", 0, limits=limits)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        await _ask(reader, writer, "/")
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by the server
+        writer.close()
+        await writer.wait_closed()
+        assert server.connection_count == 0
+    finally:
+        await server.close(grace=1.0)
+
+
+async def test_expect_continue_after_an_answered_request_gets_100_at_once(server: Server) -> None:
+    """Idle again after a first answer: a second request's 100-continue is not held back."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        await _ask(reader, writer, "/")
+        writer.write(
+            b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 4\r\nexpect: 100-continue\r\n\r\n"
+        )
+        interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+        writer.write(b"body")
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert head.startswith(b"HTTP/1.1 200 OK") and await reader.readexactly(4) == b"body"
+    finally:
+        writer.close()
+        await writer.wait_closed()

@@ -1,0 +1,134 @@
+"""The import graph keeps its layers: each layer imports only the ones below it.
+
+Read from the sources (no imports run), so a forbidden import fails here even
+on a code path no other test reaches.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("gateway", "routing", "cache")
+
+# Folders under gateway/ that hold something other than the embedded client.
+_NOT_CLIENT = (
+    "gateway.sidecar",
+    "gateway.emulator",
+    "gateway.tools",
+    "gateway.rtb",
+    "gateway._server",
+)
+
+
+def _module_of(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> list[str]:
+    if node.level:
+        base = module.split(".")
+        base = base if is_package else base[:-1]
+        base = base[: len(base) - (node.level - 1)]
+        prefix = ".".join([*base, node.module] if node.module else base)
+    else:
+        prefix = node.module or ""
+    # `from gateway import errors` imports the submodule gateway.errors.
+    return [f"{prefix}.{alias.name}" for alias in node.names]
+
+
+def imports_of(path: Path) -> set[str]:
+    module = _module_of(path)
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            found.update(_resolve(module, path.name == "__init__.py", node))
+    return {name for name in found if name.split(".")[0] in PACKAGES}
+
+
+def modules() -> Iterator[tuple[str, set[str]]]:
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            yield _module_of(path), imports_of(path)
+
+
+def _within(name: str, *prefixes: str) -> bool:
+    return any(name == prefix or name.startswith(prefix + ".") for prefix in prefixes)
+
+
+def _is_client(module: str) -> bool:
+    return _within(module, "gateway") and not _within(module, *_NOT_CLIENT)
+
+
+def violations(rule: str) -> list[str]:
+    return [
+        f"{module} imports {name}"
+        for module, imported in modules()
+        for name in sorted(imported)
+        if _breaks(rule, module, name)
+    ]
+
+
+def _breaks(rule: str, module: str, name: str) -> bool:
+    if rule == "routing stands alone":
+        return _within(module, "routing") and _within(name, "gateway", "cache")
+    if rule == "cache stands alone":
+        return _within(module, "cache") and _within(name, "gateway", "routing")
+    if rule == "the client never imports the server kit or the programs":
+        return _is_client(module) and _within(name, *_NOT_CLIENT[:3], "gateway._server")
+    if rule == "the HTTP layer knows no SageMaker and no client":
+        allowed: tuple[str, ...] = (
+            "gateway.errors",
+            "gateway._version",
+            "gateway._http",
+            "gateway._aws",
+        )
+        return _within(module, "gateway._http") and not _within(name, *allowed)
+    if rule == "the AWS protocols sit at the bottom":
+        allowed = ("gateway.errors", "gateway._version", "gateway._aws")
+        return _within(module, "gateway._aws") and not _within(name, *allowed)
+    if rule == "the server kit never imports the client":
+        client = ("gateway._client", "gateway._call", "gateway._http", "gateway._cached")
+        return _within(module, "gateway._server") and _within(name, *client)
+    raise AssertionError(rule)
+
+
+RULES = [
+    "routing stands alone",
+    "cache stands alone",
+    "the client never imports the server kit or the programs",
+    "the HTTP layer knows no SageMaker and no client",
+    "the AWS protocols sit at the bottom",
+    "the server kit never imports the client",
+]
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_layers_import_only_downwards(rule: str) -> None:
+    assert violations(rule) == []
+
+
+def test_the_checker_sees_a_forbidden_import(tmp_path: Path) -> None:
+    source = tmp_path / "probe.py"
+    source.write_text("from gateway._server.http import Server\nfrom . import errors\n")
+    found = imports_of_foreign(source, "gateway._client")
+    assert "gateway._server.http.Server" in found
+    assert _breaks(RULES[2], "gateway._client", "gateway._server.http")
+    assert not _breaks(RULES[2], "gateway.sidecar._app", "gateway._server.http")
+    assert _breaks(RULES[0], "routing._route", "gateway.errors")
+
+
+def imports_of_foreign(path: Path, as_module: str) -> set[str]:
+    """``imports_of`` for a file outside the tree, read as if it were ``as_module``."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            found.update(_resolve(as_module, False, node))
+    return {name for name in found if name.split(".")[0] in PACKAGES}
