@@ -346,15 +346,15 @@ class RedisTier:
         client = self._client
         if isinstance(client, RedisCluster):
             await client.initialize()
-            nodes = client.get_primaries()
-            pings = [
-                client.execute_command("PING", target_nodes=node)
-                for node in nodes
-                for _ in range(count)
-            ]
+            targets = [{"target_nodes": node} for node in client.get_primaries()]
         else:
-            pings = [client.execute_command("PING") for _ in range(count)]
-        await asyncio.gather(*pings)
+            targets = [{}]
+        # A task group, not gather: when one PING fails the others are
+        # cancelled, instead of connecting on after the warm-up has given up.
+        async with asyncio.TaskGroup() as group:
+            for target in targets:
+                for _ in range(count):
+                    group.create_task(client.execute_command("PING", **target))
 
     async def _drop_idle_connections(self) -> None:
         client = self._client
@@ -500,6 +500,21 @@ class RedisTier:
         if self._client is not None:
             with contextlib.suppress(Exception):
                 await self._client.aclose()
+            if isinstance(self._client, RedisCluster):
+                await _disconnect_every_node(self._client)
         if self._sentinel is not None:
             with contextlib.suppress(Exception):
                 await self._sentinel.aclose()
+
+
+async def _disconnect_every_node(client: RedisCluster) -> None:
+    """Close every connection ``client`` opened, even if it never finished initialising.
+
+    redis-py's ``aclose`` does nothing for a client whose first ``initialize``
+    was cut short (a warm-up past its deadline): the nodes it had connected
+    to would keep their sockets open until garbage collection.
+    """
+    manager = client.nodes_manager
+    # A startup node and the node discovered under the same name can be two objects.
+    nodes = [*manager.startup_nodes.values(), *manager.nodes_cache.values()]
+    await asyncio.gather(*(node.disconnect() for node in nodes), return_exceptions=True)

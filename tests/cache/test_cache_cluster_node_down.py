@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 import redis
 
-from cache import CacheSource, Entry, PredictionCache
+from cache import CacheConfig, CacheSource, Entry, PredictionCache
 from tests._redis_procs import RedisCluster3
 from tests.cache._cache_support import CountingLoader
 
@@ -45,6 +46,7 @@ async def test_keys_on_live_nodes_still_hit_when_one_node_dies(
         circuit_failures=2,
         circuit_reset_s=60,
         redis_socket_timeout_ms=1000,  # a busy machine must not look like a dead node
+        redis_connect_timeout_ms=1000,
     )
     keys = [f"{namespace}:k{i}" for i in range(48)]
     for key in keys:
@@ -81,6 +83,7 @@ async def test_a_node_that_comes_back_gets_its_slots_back(
         circuit_failures=1,
         circuit_reset_s=0.2,
         redis_socket_timeout_ms=1000,
+        redis_connect_timeout_ms=1000,
     )
     keys = [f"{namespace}:k{i}" for i in range(24)]
     owners = _owners(partial_cluster, keys)
@@ -105,3 +108,33 @@ async def test_a_node_that_comes_back_gets_its_slots_back(
     cache.clear_near()
     got, source = await cache.get_or_load(dead[0], CountingLoader())
     assert (source, got.body) == (CacheSource.REDIS, b"back")
+
+
+def _client_connections(cluster: RedisCluster3) -> int:
+    """Connections the nodes still hold, other than the one asking, once closes have arrived."""
+    for _ in range(50):
+        held = sum(len(node.cli("CLIENT", "LIST").splitlines()) - 1 for node in cluster.nodes)
+        if held == 0:
+            break
+        time.sleep(0.02)  # a close the client sent may not have reached the server yet
+    return held
+
+
+@pytest.mark.parametrize("connect_timeout_ms", [0.3, 0.6, 1.0, 2.0, 4.0])
+async def test_a_warm_up_cut_short_leaves_no_connection_open(
+    partial_cluster: RedisCluster3, namespace: str, connect_timeout_ms: float
+) -> None:
+    # A connect timeout this short ends the warm-up somewhere inside redis-py's
+    # first topology fetch, where its own close used to leave sockets open.
+    config = CacheConfig.from_mapping(
+        {
+            "namespace": namespace,
+            "cluster": partial_cluster.seeds,
+            "redis_connect_timeout_ms": connect_timeout_ms,
+        }
+    )
+    for _ in range(3):
+        cache = PredictionCache(config)
+        await cache.start()
+        await cache.close()
+        assert _client_connections(partial_cluster) == 0
