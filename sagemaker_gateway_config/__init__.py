@@ -1,17 +1,15 @@
 """One reader for every config section of sagemaker-gateway, and its one error class.
 
-A section is a class decorated with :func:`section`: a frozen dataclass whose
-fields name the keys, their types and defaults, and whose ``setting(...)``
-fields add bounds, a conversion or a check. It is the runtime type too. Every
-instance is checked when it is built, whether :func:`read` builds it from a
-TOML table or a caller builds it directly; its own ``__post_init__`` then
-holds the rules that join fields. Every error is a :class:`ConfigError`
-naming the key::
+A section is a frozen dataclass made with :func:`section`; its fields are the
+keys, and ``setting(...)`` adds bounds, a conversion or a check. It is the
+runtime type too: every instance is checked when built, by :func:`read` from
+a TOML table or by a caller directly, then its own ``__post_init__`` checks
+what joins fields. Every error is a :class:`ConfigError` naming the key::
 
     config error at routes.bid.hedge.max_extra_load: must be > 0 and < 1, got 2.0
 
-``routing`` and ``cache`` use this package without importing ``gateway``;
-``gateway.errors`` re-exports both classes below.
+``routing`` and ``cache`` use it without importing ``gateway``, whose
+``gateway.errors`` re-exports both error classes.
 """
 
 from __future__ import annotations
@@ -27,18 +25,6 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, dataclass_transform, get_args, get_origin
 from typing import get_type_hints as _hints
 from urllib.parse import urlsplit
-
-__all__ = [
-    "ConfigError",
-    "GatewayError",
-    "fail",
-    "http_url",
-    "load_toml",
-    "read",
-    "section",
-    "setting",
-    "to_table",
-]
 
 T = TypeVar("T")
 
@@ -276,12 +262,7 @@ def _number(kind: type, value: Any, key: str, rules: _Rules) -> Any:
     return value
 
 
-_OPS: dict[str, Callable[[float, float], bool]] = {
-    ">=": operator.ge,
-    ">": operator.gt,
-    "<=": operator.le,
-    "<": operator.lt,
-}
+_OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 
 
 def _text(number: float) -> str:
