@@ -30,8 +30,8 @@ from bench._stub import StubServer
 from gateway import Gateway, errors
 from gateway._api import decode_error
 from gateway._aws.sigv4 import Credentials, SigV4Signer, payload_sha256
+from gateway._http.connection import Connection
 from gateway._http.message import RawResponse, encode_head
-from gateway._http.native import _Connection
 from gateway._http.request import RequestSigner
 
 BATCH = 100
@@ -131,7 +131,7 @@ class _FakeTransport:
 
 
 class _FakePool:
-    """Just what ``_Connection`` asks of its pool."""
+    """Just what ``Connection`` asks of its pool."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -156,9 +156,9 @@ def bare_loop() -> Iterator[asyncio.AbstractEventLoop]:
 
 
 def test_parse_response_native(benchmark: Any, bare_loop: asyncio.AbstractEventLoop) -> None:
-    """The native transport's own parse: ``_Connection`` + httptools, fed the stub's answer."""
+    """The native transport's own parse: ``Connection`` + httptools, fed the stub's answer."""
     pool = _FakePool(bare_loop)
-    connection = _Connection(pool)  # type: ignore[arg-type]
+    connection = Connection(pool)  # type: ignore[arg-type]
     connection.connection_made(_FakeTransport())  # type: ignore[arg-type]
 
     def exchange() -> RawResponse:

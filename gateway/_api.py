@@ -25,7 +25,8 @@ import orjson
 from botocore import xform_name
 
 from gateway import errors
-from gateway._http.message import RawResponse, headers_from_raw, split_head
+from gateway._http.message import Origin, RawResponse, headers_from_raw, split_head
+from gateway._http.request import PreparedRequest, RequestSigner
 
 MAX_PAYLOAD_BYTES = 6 * 1024 * 1024
 
@@ -72,8 +73,11 @@ class Operation:
     request: tuple[Member, ...]  # in the model's order
     response: tuple[Member, ...]
     errors: tuple[str, ...]
-    # Request headers in SigV4's signing order (sorted by lower-case name).
+    # Request headers in SigV4's signing order (sorted by lower-case name), and
+    # split where ``host`` goes between them.
     headers: tuple[Member, ...]
+    before_host: tuple[Member, ...]
+    after_host: tuple[Member, ...]
     by_name: Mapping[str, Member]
     by_keyword: Mapping[str, Member]
     by_header: Mapping[str, Member]
@@ -81,7 +85,7 @@ class Operation:
 
     def header_keywords(self) -> tuple[tuple[str, str], ...]:
         """(keyword, header) of the request headers that sort after ``host``, in order."""
-        return tuple((m.keyword, m.header) for m in self.headers if m.header > "host")
+        return tuple((m.keyword, m.header) for m in self.after_host)
 
 
 def _member(name: str, shape: Any, required: bool) -> Member:
@@ -117,6 +121,8 @@ def _operation(model: Any) -> Operation:
         response=response,
         errors=tuple(shape.name for shape in model.error_shapes),
         headers=headers,
+        before_host=tuple(m for m in headers if m.header < "host"),
+        after_host=tuple(m for m in headers if m.header > "host"),
         by_name={m.name: m for m in request},
         by_keyword={m.keyword: m for m in request},
         by_header={m.header: m for m in headers},
@@ -172,6 +178,64 @@ def check_integer(member: Member, value: object) -> str:
     return str(value)
 
 
+# -- the request head -------------------------------------------------------------
+#
+# One call's head, in SigV4's signing order (sorted by lower-case name):
+#
+#   POST /endpoints/{name}/{action} HTTP/1.1
+#   <members before host>    accept, content-type (InvokeEndpoint; the others send
+#                             theirs as x-amzn-sagemaker-*)   <- before_host_headers
+#   host                                                      <- request_for
+#   x-amz-date, x-amz-security-token                          <- RequestSigner, at send time
+#   <members after host>     x-amzn-sagemaker-*                <- sagemaker_headers
+#   user-agent, authorization, content-length                 <- RequestSigner, at send time
+#
+# request_for assembles the unsigned part; the transport has the signer sign it
+# when a connection is ready (a request that waited for one keeps a fresh date).
+
+# Validated before-host headers per (operation, values): most callers send the
+# same few content types, so each is checked once.
+_BEFORE_HOST: dict[tuple[str, tuple[object, ...]], tuple[tuple[str, str], ...]] = {}
+_INVOKE_TYPES: dict[tuple[str | None, str | None], tuple[tuple[str, str], ...]] = {}
+_MAX_BEFORE_HOST = 4096
+
+
+def before_host_headers(
+    operation: Operation, values: Mapping[str, object]
+) -> tuple[tuple[str, str], ...]:
+    """The members' headers that sort before ``host`` (``accept``, ``content-type``), checked.
+
+    ``values`` maps keywords to values; None is left out. A shape seen before
+    is not checked again.
+    """
+    members = operation.before_host
+    key = (operation.name, tuple([values.get(member.keyword) for member in members]))
+    headers = _BEFORE_HOST.get(key)
+    if headers is None:
+        headers = tuple(
+            [
+                (member.header, check_value(member, str(value)))
+                for member, value in zip(members, key[1], strict=True)
+                if value is not None
+            ]
+        )
+        if len(_BEFORE_HOST) < _MAX_BEFORE_HOST:
+            _BEFORE_HOST[key] = headers
+    return headers
+
+
+def invoke_type_headers(
+    content_type: str | None, accept: str | None
+) -> tuple[tuple[str, str], ...]:
+    """InvokeEndpoint's :func:`before_host_headers`, without building a mapping (the hot path)."""
+    headers = _INVOKE_TYPES.get((content_type, accept))
+    if headers is None:
+        headers = before_host_headers(INVOKE, {"accept": accept, "content_type": content_type})
+        if len(_INVOKE_TYPES) < _MAX_BEFORE_HOST:
+            _INVOKE_TYPES[(content_type, accept)] = headers
+    return headers
+
+
 def sagemaker_headers(operation: Operation, values: Mapping[str, object]) -> list[tuple[str, str]]:
     """The headers after ``host`` (``x-amzn-sagemaker-*``) for ``values``, in signing order.
 
@@ -179,9 +243,7 @@ def sagemaker_headers(operation: Operation, values: Mapping[str, object]) -> lis
     checked against the model.
     """
     headers: list[tuple[str, str]] = []
-    for member in operation.headers:
-        if member.header < "host":
-            continue
+    for member in operation.after_host:
         value = values.get(member.keyword)
         if value is None:
             continue
@@ -192,25 +254,29 @@ def sagemaker_headers(operation: Operation, values: Mapping[str, object]) -> lis
     return headers
 
 
-def signable_headers(
-    operation: Operation, host: str, values: Mapping[str, object]
-) -> list[tuple[str, str]]:
-    """Every signable request header of ``operation``, sorted as SigV4 signs them.
+def request_for(
+    origin: Origin,
+    path: str,
+    sign_prefix: str,
+    signer: RequestSigner,
+    before_host: tuple[tuple[str, str], ...],
+    after_host: list[tuple[str, str]],
+    body: bytes,
+    payload_hash: str = "",
+) -> PreparedRequest:
+    """The one place a SageMaker request's head is assembled, for every operation.
 
-    The plain headers the model names (``accept``, ``content-type``) sort before
-    ``host``; the ``x-amzn-sagemaker-*`` ones after it (and after ``x-amz-date``,
-    which the signer inserts just past ``host``).
+    ``before_host`` and ``after_host`` are the members' headers from
+    :func:`before_host_headers` and :func:`sagemaker_headers`; ``host`` goes
+    between them. ``signer`` adds the SigV4 headers (``x-amz-date`` and the
+    token just past ``host``, then ``authorization``) and encodes the whole
+    head when the transport has a connection for it
+    (:meth:`PreparedRequest.encoded_head`).
     """
-    headers: list[tuple[str, str]] = []
-    for member in operation.headers:
-        if member.header > "host":
-            break
-        value = values.get(member.keyword)
-        if value is not None:
-            headers.append((member.header, check_value(member, str(value))))
-    headers.append(("host", host))
-    headers += sagemaker_headers(operation, values)
-    return headers
+    headers = [*before_host, ("host", origin.host_header), *after_host]
+    return PreparedRequest(
+        origin, path, sign_prefix, headers, body, signer, payload_hash, len(before_host) + 1
+    )
 
 
 def check_endpoint_name(name: str) -> None:

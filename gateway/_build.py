@@ -26,6 +26,8 @@ HOT_PATH = (
     "gateway/_aws/sigv4.py",
     "gateway/_http/interfaces.py",
     "gateway/_http/message.py",
+    "gateway/_http/connection.py",
+    "gateway/_http/pool.py",
     "gateway/_http/native.py",
     "gateway/_http/request.py",
     "gateway/_api.py",

@@ -45,7 +45,13 @@ from dataclasses import dataclass
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
 from gateway import errors
-from gateway._api import InvokeResult, decode_error, result_from_response
+from gateway._api import (
+    InvokeResult,
+    decode_error,
+    invoke_type_headers,
+    request_for,
+    result_from_response,
+)
 from gateway._events import (
     CANCELLED,
     FAILED,
@@ -101,19 +107,18 @@ def _prepared(
     body: bytes,
     payload_hash: str,
 ) -> PreparedRequest:
-    headers = [*before_host, ("host", plan.host), *after_host]
     if plan.variant is not None and not variant_pinned:
-        # target-variant sorts last among the headers we send.
-        headers.append(("x-amzn-sagemaker-target-variant", plan.variant))
-    return PreparedRequest(
+        # The target's variant, unless the caller named one; it sorts last.
+        after_host = [*after_host, ("x-amzn-sagemaker-target-variant", plan.variant)]
+    return request_for(
         plan.origin,
         plan.invoke_path,
         plan.invoke_prefix,
-        headers,
-        body,
         plan.signer,
+        before_host,
+        after_host,
+        body,
         payload_hash,
-        len(before_host) + 1,
     )
 
 
@@ -562,11 +567,18 @@ class Invoker:
         self, route: Route, state: TargetState, body: bytes, content_type: str
     ) -> bool:
         plan = self.plan(route, state)
-        headers = [("content-type", content_type), ("host", plan.host)]
-        request = PreparedRequest(
-            plan.origin, plan.invoke_path, plan.invoke_prefix, headers, body, plan.signer
-        )
         try:
+            # A probe whose content type cannot be sent fails like any other.
+            before_host = invoke_type_headers(content_type, None)
+            request = request_for(
+                plan.origin,
+                plan.invoke_path,
+                plan.invoke_prefix,
+                plan.signer,
+                before_host,
+                [],
+                body,
+            )
             response = await self._transport.request(request, time.monotonic() + 1.0)
         except errors.GatewayError:
             return False

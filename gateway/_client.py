@@ -35,11 +35,12 @@ from gateway._api import (
     AsyncInvocation,
     InvokeResult,
     async_invocation_from_response,
+    before_host_headers,
     check_endpoint_name,
     check_payload,
-    check_value,
+    invoke_type_headers,
+    request_for,
     sagemaker_headers,
-    signable_headers,
 )
 from gateway._aws.sigv4 import Credentials, SigV4Signer
 from gateway._cached import CachedCalls
@@ -64,7 +65,6 @@ from gateway._http.httpx_transport import HttpxTransport
 from gateway._http.interfaces import Transport
 from gateway._http.message import Origin
 from gateway._http.native import NativeTransport
-from gateway._http.request import PreparedRequest
 from gateway._metrics import DEFAULT_LABEL_CAP, GatewayMetrics
 from gateway._streaming import OpenedStream, payload_parts
 from gateway._targets import TargetPlan, Targets
@@ -84,9 +84,6 @@ __all__ = ["Gateway", "InvokeStream"]
 # Generous upper bound for a call with no timeout: SageMaker's own 60 s
 # container limit plus transfer time.
 _NO_TIMEOUT_S = 70.0
-_MAX_CACHED_VALUES = 4096
-_ACCEPT = INVOKE.by_keyword["accept"]
-_CONTENT_TYPE = INVOKE.by_keyword["content_type"]
 
 
 class InvokeStream:
@@ -213,9 +210,6 @@ class Gateway:
         self._instrumentation.subscribe(self._set_emit)
         for hook in hooks:
             self.add_hook(hook)
-        self._before_host_cache: dict[
-            tuple[str | None, str | None], tuple[tuple[str, str], ...]
-        ] = {}
         self._credentials: CredentialSource | None = None
         self._health_task: asyncio.Task[None] | None = None
         self._started = False
@@ -335,9 +329,7 @@ class Gateway:
         else:
             _check_timeout(timeout)
         check_payload(body)
-        before_host = self._before_host_cache.get((content_type, accept))
-        if before_host is None:
-            before_host = self._before_host(content_type, accept)
+        before_host = invoke_type_headers(content_type, accept)
         # A session is stateful on the far side: never answer it from a cache.
         key: str | None = None
         cached = self._cached
@@ -550,12 +542,12 @@ class Gateway:
             "target_container_hostname": target_container_hostname,
             "target_variant": target_variant or plan.variant,
         }
-        headers = signable_headers(INVOKE_STREAM, plan.host, values)
+        before_host = before_host_headers(INVOKE_STREAM, values)
+        after_host = sagemaker_headers(INVOKE_STREAM, values)
         path = f"/endpoints/{plan.endpoint}/invocations-response-stream"
         check_payload(body)
-        request = PreparedRequest(
-            plan.origin, path, SigV4Signer.request_prefix("POST", path), headers, body, plan.signer
-        )
+        prefix = SigV4Signer.request_prefix("POST", path)
+        request = request_for(plan.origin, path, prefix, plan.signer, before_host, after_host, body)
         await self._ensure_credentials()
         stream, finish = await self._invoker.open_stream(route, state, plan, request, deadline)
         into.response_headers = stream.headers
@@ -605,15 +597,12 @@ class Gateway:
             "request_ttl_seconds": request_ttl_seconds,
             "s3_output_path_extension": s3_output_path_extension,
         }
-        headers = signable_headers(INVOKE_ASYNC, plan.host, values)
+        before_host = before_host_headers(INVOKE_ASYNC, values)
+        after_host = sagemaker_headers(INVOKE_ASYNC, values)
         path = f"/endpoints/{plan.endpoint}/async-invocations"
-        request = PreparedRequest(
-            plan.origin,
-            path,
-            SigV4Signer.request_prefix("POST", path),
-            headers,
-            body or b"",
-            plan.signer,
+        prefix = SigV4Signer.request_prefix("POST", path)
+        request = request_for(
+            plan.origin, path, prefix, plan.signer, before_host, after_host, body or b""
         )
         await self._ensure_credentials()
         response = await self._invoker.send_once(route, state, plan, request, deadline, (200, 202))
@@ -756,26 +745,6 @@ class Gateway:
             raise errors.GatewayError("the gateway is not started: use 'async with Gateway(...)'")
         route = self._resolve(endpoint)
         return (route, *self._invoker.single(route))
-
-    def _before_host(
-        self, content_type: str | None, accept: str | None
-    ) -> tuple[tuple[str, str], ...]:
-        """The signable headers that sort before ``host``, in SigV4's order.
-
-        Most callers send the same few content types: each pair is validated
-        once and its headers kept.
-        """
-        key = (content_type, accept)
-        headers = self._before_host_cache.get(key)
-        if headers is None:
-            headers = ()
-            if accept is not None:
-                headers += (("accept", check_value(_ACCEPT, accept)),)
-            if content_type is not None:
-                headers += (("content-type", check_value(_CONTENT_TYPE, content_type)),)
-            if len(self._before_host_cache) < _MAX_CACHED_VALUES:
-                self._before_host_cache[key] = headers
-        return headers
 
     def _resolve(self, endpoint: str) -> Route:
         try:

@@ -3,8 +3,8 @@
 # re-check attributes narrowed before an await. A compiled install needs a rebuild after edits.
 """What the client needs from a transport, and the settings and counters every transport shares.
 
-The native transport (``native.py``) and the httpx transport
-(``httpx_transport.py``) both provide :class:`Transport`.
+The native transport (``native.py``, over ``pool.py`` and ``connection.py``) and
+the httpx transport (``httpx_transport.py``) both provide :class:`Transport`.
 """
 
 from __future__ import annotations

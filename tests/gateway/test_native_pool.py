@@ -19,9 +19,11 @@ import pytest
 
 import gateway
 from gateway import errors
+from gateway._http.connection import Connection
 from gateway._http.message import Origin, RawResponse
-from gateway._http.native import NativeTransport, _Connection, _OriginPool
+from gateway._http.native import NativeTransport
 from gateway._http.options import PoolConfig
+from gateway._http.pool import OriginPool
 from gateway._http.request import PreparedRequest
 from tests.gateway._scripted_socket import (
     ScriptedNetwork,
@@ -97,7 +99,7 @@ async def serve(
     return sock
 
 
-def pool_of(transport: NativeTransport) -> _OriginPool:
+def pool_of(transport: NativeTransport) -> OriginPool:
     return transport._pools[ORIGIN]
 
 
@@ -180,9 +182,9 @@ async def test_the_idle_stack_is_lifo_the_last_released_socket_goes_first(
     assert pool_of(transport)._idle == [_conn(a), _conn(b)]
 
 
-def _conn(sock: ScriptedSocket) -> _Connection:
+def _conn(sock: ScriptedSocket) -> Connection:
     protocol = sock.protocol
-    assert isinstance(protocol, _Connection)
+    assert isinstance(protocol, Connection)
     return protocol
 
 
@@ -650,12 +652,12 @@ async def test_pop_idle_skips_expired_and_closed_sockets_for_a_live_one(
     top.last_used = bottom.last_used = 1000.0
     middle.last_used = 999.0
     network.sockets[0].close_from_server()  # bottom: closed by the server meanwhile
-    assert pool._pop_idle(1025.0) is top  # all within 30 s; top first
-    assert pool._pop_idle(1025.0) is middle
-    assert pool._pop_idle(1025.0) is None  # bottom is closed
+    assert pool.pop_idle(1025.0) is top  # all within 30 s; top first
+    assert pool.pop_idle(1025.0) is middle
+    assert pool.pop_idle(1025.0) is None  # bottom is closed
     pool._push_idle(top)
     pool._push_idle(middle)
-    assert pool._pop_idle(1031.0) is None  # both expired: closed, not returned
+    assert pool.pop_idle(1031.0) is None  # both expired: closed, not returned
     assert top.closed and middle.closed
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from gateway._http.native import _DeadlineWheel
+from gateway._http.pool import DeadlineWheel
 
 
 class _Recorder:
@@ -19,7 +19,7 @@ class _Recorder:
 
 
 async def test_a_slot_fired_before_its_end_waits_and_fires_again() -> None:
-    wheel = _DeadlineWheel(asyncio.get_running_loop(), read_timeout=10.0)
+    wheel = DeadlineWheel(asyncio.get_running_loop(), read_timeout=10.0)
     connection = _Recorder()
     owner = object()
     now = time.monotonic()
@@ -41,7 +41,7 @@ async def test_a_slot_fired_before_its_end_waits_and_fires_again() -> None:
 async def test_finished_requests_leave_their_slot_and_the_read_timeout_bounds_long_deadlines() -> (
     None
 ):
-    wheel = _DeadlineWheel(asyncio.get_running_loop(), read_timeout=0.02)
+    wheel = DeadlineWheel(asyncio.get_running_loop(), read_timeout=0.02)
     connection = _Recorder()
     done, waiting = object(), object()
     now = time.monotonic()

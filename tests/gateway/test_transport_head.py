@@ -13,8 +13,8 @@ import time
 import pytest
 
 from gateway import errors
+from gateway._http.connection import MAX_HEAD_BYTES, MAX_HEADERS
 from gateway._http.message import split_head
-from gateway._http.native import MAX_HEAD_BYTES, MAX_HEADERS
 from tests.gateway.conftest import StubRequest, StubServer, TransportFactory, prepared, settle
 
 

@@ -16,10 +16,15 @@ from gateway._api import (
     INVOKE_ASYNC,
     INVOKE_STREAM,
     AsyncInvocation,
+    before_host_headers,
+    invoke_type_headers,
     operations,
+    request_for,
     sagemaker_headers,
-    signable_headers,
 )
+from gateway._aws.sigv4 import Credentials, SigV4Signer
+from gateway._http.message import Origin
+from gateway._http.request import RequestSigner
 from gateway.emulator import Emulator
 from gateway.emulator._service import CLOSE_SESSION
 from gateway.sidecar import _app as sidecar_app
@@ -111,18 +116,57 @@ def test_the_sidecar_reads_every_header_member(operation: str) -> None:
         assert table[member.header] == member.keyword
 
 
-def test_one_function_builds_the_signable_headers() -> None:
+def test_one_function_assembles_the_head_of_every_operation() -> None:
     values = {"accept": "text/csv", "content_type": "application/json", "prefix_aware_id": "p"}
-    headers = signable_headers(INVOKE_STREAM, "runtime.example", values)
-    assert headers == [
+    origin = Origin.from_url("https://runtime.example")
+    credentials = Credentials(ACCESS_KEY, SECRET_KEY, token="session-token")
+    signer = RequestSigner(SigV4Signer("us-east-1"), lambda: credentials)
+    path = "/endpoints/e/invocations-response-stream"
+    request = request_for(
+        origin,
+        path,
+        SigV4Signer.request_prefix("POST", path),
+        signer,
+        before_host_headers(INVOKE_STREAM, values),
+        sagemaker_headers(INVOKE_STREAM, values),
+        b"{}",
+    )
+    assert request.headers == [
         ("content-type", "application/json"),
         ("host", "runtime.example"),
         ("x-amzn-sagemaker-accept", "text/csv"),
         ("x-amzn-sagemaker-prefix-aware-id", "p"),
     ]
+    # Signed when sent: the SigV4 headers in their sorted places, the rest after.
+    lines = request.encoded_head().decode().split("\r\n")
+    assert lines[0] == f"POST {path} HTTP/1.1"
+    names = [line.split(":", 1)[0] for line in lines[1:] if line]
+    assert names == [
+        "content-type",
+        "host",
+        "x-amz-date",
+        "x-amz-security-token",
+        "x-amzn-sagemaker-accept",
+        "x-amzn-sagemaker-prefix-aware-id",
+        "user-agent",
+        "authorization",
+        "content-length",
+    ]
+    assert "SignedHeaders=content-type;host;x-amz-date;x-amz-security-token;" in lines[-4]
     assert sagemaker_headers(INVOKE_ASYNC, {"request_ttl_seconds": 600}) == [
         ("x-amzn-sagemaker-requestttlseconds", "600")
     ]
+    assert before_host_headers(INVOKE_ASYNC, values) == ()
+    assert invoke_type_headers("text/csv", "application/json") == (
+        ("accept", "application/json"),
+        ("content-type", "text/csv"),
+    )
+
+
+def test_a_content_type_is_checked_whether_or_not_it_was_seen_before() -> None:
+    for _ in range(2):
+        with pytest.raises(errors.InvalidHeaderValue):
+            invoke_type_headers("text/csv\r\nx-injected: 1", None)
 
 
 @pytest.mark.parametrize(

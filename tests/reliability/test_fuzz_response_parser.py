@@ -5,7 +5,7 @@ Property: whatever a server sends, in whatever pieces, the call ends with a
 another exception out of a protocol callback, never a hang, and never
 unbounded buffering.
 
-Two drivers: the ``_Connection`` protocol's callbacks driven directly on a
+Two drivers: the ``Connection`` protocol's callbacks driven directly on a
 real event loop (fast, so hypothesis can try many inputs), and a tiny
 scripted TCP server on loopback with the whole ``NativeTransport``.
 """
@@ -21,15 +21,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway import errors
+from gateway._http.connection import MAX_RESPONSE_BYTES, Connection
 from gateway._http.interfaces import TransportStats
 from gateway._http.message import Origin, RawResponse
-from gateway._http.native import MAX_RESPONSE_BYTES, NativeTransport, _Connection, _OriginPool
+from gateway._http.native import NativeTransport
 from gateway._http.options import PoolConfig
+from gateway._http.pool import OriginPool
 from gateway._http.request import PreparedRequest
 
 
 class FakeSocketTransport:
-    """Just enough of asyncio.Transport for a _Connection."""
+    """Just enough of asyncio.Transport for a Connection."""
 
     def __init__(self) -> None:
         self.closed = False
@@ -53,10 +55,10 @@ class FakeSocketTransport:
 
 async def _drive(chunks: list[bytes], lose: bool = True) -> tuple[Any, FakeSocketTransport]:
     """Feed ``chunks`` as the response to one request; the waiter's outcome."""
-    pool = _OriginPool(
+    pool = OriginPool(
         Origin.from_url("http://127.0.0.1:9"), PoolConfig(prewarm=0), None, TransportStats()
     )
-    connection = _Connection(pool)
+    connection = Connection(pool)
     transport = FakeSocketTransport()
     connection.connection_made(transport)  # type: ignore[arg-type]
     pool._open.add(connection)

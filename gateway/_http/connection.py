@@ -1,0 +1,469 @@
+# Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py); an editable install runs it
+# as plain Python. Keep it compilable: no async generators, no monkeypatching of its classes,
+# re-check attributes narrowed before an await. A compiled install needs a rebuild after edits.
+"""One keep-alive HTTP/1.1 connection: an asyncio protocol, httptools parsing the answer.
+
+A connection carries one request at a time. It belongs to the pool of its
+origin (``pool.py``): it hands itself back there when a response completes
+and the socket may be reused, and tells the pool when it closes. A response
+read as it arrives (a response stream) is a :class:`NativeStream`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, NoReturn, cast
+
+import httptools
+
+from gateway import errors
+from gateway._http.interfaces import MAX_ERROR_BODY_BYTES
+from gateway._http.message import RawResponse, headers_from_raw, split_head
+
+if TYPE_CHECKING:
+    # The pool imports this module; this one needs the pool's types only.
+    from gateway._http.pool import OriginPool, Slot
+
+__all__ = ["MAX_HEADERS", "MAX_HEAD_BYTES", "MAX_RESPONSE_BYTES", "Connection", "NativeStream"]
+
+# A response larger than this is refused: SageMaker caps payloads at 6 MB
+# (25 MB for streams, which never buffer).
+MAX_RESPONSE_BYTES = 32 * 1024 * 1024
+# Limits on a response head, as the servers in this project apply to requests.
+MAX_HEAD_BYTES = 64 * 1024
+MAX_HEADERS = 128
+# Bytes buffered on a streaming response before the socket stops reading.
+_STREAM_HIGH_WATER = 1024 * 1024
+
+
+class _HeadTooLarge(Exception):
+    """Raised from a parser callback to stop httptools mid-buffer."""
+
+
+class _StopParsing(Exception):
+    """Raised from a parser callback once the connection is closed: ignore what follows."""
+
+
+class Connection:
+    """One keep-alive socket; at most one request in flight.
+
+    An asyncio protocol by its methods, not by subclassing asyncio.Protocol:
+    mypyc compiles this module, and only a class without a Python base
+    becomes a native class (fixed attribute slots, direct method calls).
+    """
+
+    def __init__(self, pool: OriginPool) -> None:
+        self._pool = pool
+        self._loop = pool.loop
+        self._transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpResponseParser(self)
+        self._waiter: asyncio.Future[RawResponse] | None = None
+        self._stream: NativeStream | None = None
+        self._status = 0
+        # Bytes received while a response head is incomplete, and where the
+        # current head starts in them (after any interim 1xx heads).
+        self._head_chunks: list[bytes] = []
+        self._head_bytes = 0
+        self._head_start = 0
+        self._head = b""  # the current response's head, undecoded
+        self._body: list[bytes] = []
+        self._body_size = 0
+        self._body_limit = MAX_RESPONSE_BYTES
+        self._got_bytes = False
+        self._headers_done = False
+        self._keep_alive = True
+        # The request in flight went out on a socket taken from the idle stack.
+        self._reused = False
+        self.closed = False
+        # On the pool's idle stack: a socket is pushed there at most once.
+        self.idle = False
+        # A response completed inside the bytes being parsed: the socket goes
+        # back to the pool only after the whole buffer parsed cleanly, so that
+        # a second response in the same bytes can still close it.
+        self._release_pending = False
+        self._release_keep = False
+        self.requests_served = 0
+        self.last_used = time.monotonic()
+        # Set when the caller gave up (hedge loser, cancellation) after the
+        # request was written: the response is read and thrown away so the
+        # socket can go back to the pool instead of being closed.
+        self._abandoned = False
+        self._drain_timer: asyncio.TimerHandle | None = None
+
+    # asyncio callbacks
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports do not subclass asyncio.Transport.
+        self._transport = cast(asyncio.Transport, transport)
+        self._pool.options_apply(self._transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self._waiter is None and self._stream is None and not self._abandoned:
+            # Bytes nobody asked for (an idle socket, or a response after the
+            # one just read): the connection's framing cannot be trusted.
+            self.close()
+            return
+        self._got_bytes = True
+        if not self._headers_done:
+            # The head is kept raw and split into headers only if someone reads
+            # them: no parser callback per header.
+            self._head_chunks.append(data)
+            self._head_bytes += len(data)
+        try:
+            self._parser.feed_data(data)
+            if not self._headers_done and self._head_bytes > MAX_HEAD_BYTES:
+                self._fail(errors.ProtocolError("response head exceeds the header limits"))
+        except httptools.HttpParserUpgrade:
+            self._fail(errors.ProtocolError("unexpected protocol upgrade"))
+        except httptools.HttpParserError as exc:
+            self._fail(errors.ProtocolError(f"invalid HTTP response: {exc}"))
+        if self._release_pending:
+            self._release_pending = False
+            self._pool.release(self, self._release_keep and not self.closed)
+
+    def eof_received(self) -> bool:
+        return False  # the transport closes itself; connection_lost follows
+
+    def pause_writing(self) -> None:
+        pass  # a request is written whole; nothing waits for the buffer to drain
+
+    def resume_writing(self) -> None:
+        pass
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        was_closed = self.closed
+        self.closed = True
+        if not was_closed:
+            self._pool.forget(self)
+        if self._headers_done and not self._complete_pending_close():
+            return
+        if self._waiter is not None or self._stream is not None:
+            if not self._got_bytes and self._reused:
+                error: errors.TransportError = errors.StaleConnection(
+                    "keep-alive connection closed before the response", sent=True
+                )
+            else:
+                error = errors.ReadError(f"connection lost: {exc or 'closed by server'}")
+            self._fail(error)
+
+    def _complete_pending_close(self) -> bool:
+        """A response delimited by the close itself is complete now; True if not."""
+        if self._waiter is None and self._stream is None:
+            return True
+        if not self._close_delimited():
+            # Content-Length or chunked framing cut short: a truncated body.
+            self._fail(errors.ReadError("connection closed in the middle of the response body"))
+            return False
+        with contextlib.suppress(httptools.HttpParserError):
+            self._parser.feed_data(b"")
+        if self._waiter is not None or self._stream is not None:
+            self.on_message_complete()
+        if self._release_pending:
+            self._release_pending = False
+            self._pool.release(self, self._release_keep and not self.closed)
+        return False
+
+    # httptools callbacks
+
+    def on_message_begin(self) -> None:
+        if self._waiter is None and self._stream is None and not self._abandoned:
+            # A response nobody asked for (a second answer to the request just
+            # served, in the same bytes): the framing cannot be trusted, and
+            # the socket must not reach the pool, where its next user would
+            # read this answer as its own.
+            self.close()
+            raise _StopParsing
+
+    def on_headers_complete(self) -> None:
+        chunks = self._head_chunks
+        received = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        start = self._head_start
+        end = received.find(b"\r\n\r\n", start)
+        if end < 0:  # a server ending lines with bare LF
+            end = received.find(b"\n\n", start)
+        head = self._head = received[start:end]
+        if end - start > MAX_HEAD_BYTES or head.count(b"\n") > MAX_HEADERS:
+            # A broken or hostile server must not make us buffer without bound.
+            self._fail(errors.ProtocolError("response head exceeds the header limits"))
+            raise _HeadTooLarge
+        self._status = status = self._parser.get_status_code()
+        self._keep_alive = self._parser.should_keep_alive()
+        self._headers_done = True
+        self._body_limit = MAX_RESPONSE_BYTES if status < 300 else MAX_ERROR_BODY_BYTES
+        if status < 200:
+            # An interim head: the real one follows it in the same bytes.
+            self._head_start = end + (4 if received[end] == 13 else 2)  # CRLF CRLF or LF LF
+            self._head_chunks = [received]
+        else:
+            self._head_chunks = []
+        if self._stream is not None and status >= 200:
+            self._stream.headers_ready(status, headers_from_raw(head))
+
+    def on_body(self, body: bytes) -> None:
+        self._body_size += len(body)
+        if self._stream is not None:
+            self._stream.feed(body)
+            return
+        if self._body_size > self._body_limit:
+            self._body_over_limit(body)
+        self._body.append(body)
+
+    def _body_over_limit(self, body: bytes) -> NoReturn:
+        """Refuse a huge answer; answer with the prefix of a long error, then close."""
+        if self._status < 300:
+            self._fail(errors.ProtocolError(f"response larger than {MAX_RESPONSE_BYTES} bytes"))
+            raise _StopParsing
+        waiter = self._waiter
+        self._waiter = None
+        self._abandoned = False
+        if waiter is not None and not waiter.done():
+            kept = MAX_ERROR_BODY_BYTES - (self._body_size - len(body))
+            prefix = b"".join([*self._body, body[:kept]])
+            waiter.set_result(RawResponse(self._status, None, prefix, self._head))
+        self.close()
+        raise _StopParsing
+
+    def on_message_complete(self) -> None:
+        if self._status < 200:
+            # An interim 1xx response: the real one follows on this socket.
+            self._reset_message()
+            return
+        self.requests_served += 1
+        waiter, stream = self._waiter, self._stream
+        body = self._body
+        response = RawResponse(
+            self._status, None, body[0] if len(body) == 1 else b"".join(body), self._head
+        )
+        self._release_keep = self._keep_alive and not self.closed
+        self._release_pending = True
+        self._reset_message()
+        self._waiter = self._stream = None
+        if stream is not None:
+            stream.finish()
+        if self._abandoned:
+            self._abandoned = False
+            if self._drain_timer is not None:
+                self._drain_timer.cancel()
+                self._drain_timer = None
+            self._pool.stats.drained_after_cancel += 1
+        elif waiter is not None and not waiter.done():
+            waiter.set_result(response)
+        # The socket goes back to the pool (after the caller has its answer)
+        # once the bytes being parsed are all read: see data_received.
+
+    # the request side
+
+    def _busy(self) -> bool:
+        """Closed, or serving a request: a request written now would not have it to itself."""
+        return (
+            self.closed or self._waiter is not None or self._stream is not None or self._abandoned
+        )
+
+    def send(self, data: bytes, reused: bool) -> asyncio.Future[RawResponse] | None:
+        """Write a request; None (nothing written) if the socket closed meanwhile."""
+        # Inline rather than _busy(): this runs on every call.
+        if self.closed or self._waiter is not None or self._stream is not None or self._abandoned:
+            return None  # never overwrite another request's waiter
+        assert self._transport is not None
+        waiter = self._waiter = self._loop.create_future()
+        self._start_message(reused)
+        self._transport.write(data)
+        return waiter
+
+    def send_streaming(self, data: bytes, reused: bool) -> NativeStream | None:
+        if self._busy():
+            return None
+        assert self._transport is not None
+        stream = self._stream = NativeStream(self)
+        self._start_message(reused)
+        self._transport.write(data)
+        return stream
+
+    def abandon(self, waiter: asyncio.Future[RawResponse], drain_timeout: float) -> None:
+        """The caller stopped waiting; read the response out, then reuse the socket.
+
+        ``waiter`` names the request giving up. A cancellation can be
+        delivered after its response already completed and the socket went
+        back to the pool and on to another request: then this is a no-op,
+        and must be, or it would orphan that other request's future.
+        """
+        if self.closed or self._waiter is not waiter:
+            return
+        self._abandoned = True
+        self._waiter = None
+        self._drain_timer = self._loop.call_later(drain_timeout, self.close)
+
+    def timed_out(self, owner: object, deadline_bound: bool, read_timeout: float) -> None:
+        # The error is built only when the timer fires, not for every request.
+        error: errors.GatewayError = (
+            errors.DeadlineExceeded("the call's deadline passed")
+            if deadline_bound
+            else errors.ReadTimeout(f"no response within {read_timeout * 1000:.0f} ms")
+        )
+        if owner is self._waiter or owner is self._stream:
+            self._fail(error)
+            return
+        # A timer left over from a request this socket already finished must
+        # not fail the request it serves now; but a request that is somehow
+        # no longer this socket's (an orphan) still gets its timeout.
+        if isinstance(owner, asyncio.Future):
+            if not owner.done():
+                owner.set_exception(error)
+        elif isinstance(owner, NativeStream) and owner.open:
+            owner.fail(error)
+
+    def write(self, data: bytes) -> None:
+        assert self._transport is not None
+        self._transport.write(data)
+
+    def pause_reading(self) -> None:
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._transport is not None and not self.closed:
+            self._transport.resume_reading()
+
+    def close(self) -> None:
+        if self._drain_timer is not None:
+            self._drain_timer.cancel()
+            self._drain_timer = None
+        if not self.closed:
+            self.closed = True
+            self._pool.forget(self)
+        if self._transport is not None:
+            self._transport.close()
+
+    def _fail(self, error: errors.GatewayError) -> None:
+        waiter, stream = self._waiter, self._stream
+        self._waiter = self._stream = None
+        self._abandoned = False
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(error)
+        if stream is not None:
+            stream.fail(error)
+        self.close()
+
+    def _close_delimited(self) -> bool:
+        """No Content-Length and not chunked: the body ends when the server closes."""
+        if self._status in (204, 304):
+            return False
+        for name, value in split_head(self._head):
+            lowered = name.lower()
+            if lowered == b"content-length" or (
+                lowered == b"transfer-encoding" and b"chunked" in value.lower()
+            ):
+                return False
+        return True
+
+    def _start_message(self, reused: bool) -> None:
+        self._got_bytes = False
+        self._reused = reused
+        self._head_chunks = []
+        self._head_bytes = 0
+        self._head_start = 0
+        self._head = b""
+
+    def _reset_message(self) -> None:
+        self._status = 0
+        self._body = []
+        self._body_size = 0
+        self._headers_done = False
+
+
+class NativeStream:
+    """A response whose body is consumed as it arrives (response streams)."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self._loop = connection._loop
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self._head_waiter: asyncio.Future[None] = self._loop.create_future()
+        self._chunks: deque[bytes] = deque()
+        self._buffered = 0
+        self._paused = False
+        self._done = False
+        self._error: errors.GatewayError | None = None
+        self._wakeup: asyncio.Future[None] | None = None
+        # The call's deadline still applies while the body streams in.
+        self.deadline_slot: Slot | None = None
+
+    @property
+    def open(self) -> bool:
+        """Neither finished nor failed."""
+        return not self._done and self._error is None
+
+    def stop_timer(self) -> None:
+        if self.deadline_slot is not None:
+            self.deadline_slot.pop(self, None)
+            self.deadline_slot = None
+
+    def headers_ready(self, status: int, headers: dict[str, str]) -> None:
+        self.status, self.headers = status, headers
+        if not self._head_waiter.done():
+            self._head_waiter.set_result(None)
+
+    def feed(self, chunk: bytes) -> None:
+        self._chunks.append(chunk)
+        self._buffered += len(chunk)
+        if self._buffered > _STREAM_HIGH_WATER and not self._paused:
+            self._paused = True
+            self._connection.pause_reading()
+        self._wake()
+
+    def finish(self) -> None:
+        self._done = True
+        self.stop_timer()
+        self._wake()
+
+    def fail(self, error: errors.GatewayError) -> None:
+        self.stop_timer()
+        self._error = error
+        if not self._head_waiter.done():
+            self._head_waiter.set_exception(error)
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._wakeup is not None and not self._wakeup.done():
+            self._wakeup.set_result(None)
+
+    async def wait_head(self) -> None:
+        await self._head_waiter
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        return self
+
+    def __aiter__(self) -> NativeStream:
+        return self
+
+    # An iterator class rather than an async generator: mypyc compiles this
+    # module, and it does not compile async generators.
+    async def __anext__(self) -> bytes:
+        while not self._chunks:
+            if self._error is not None:
+                raise self._error
+            if self._done:
+                raise StopAsyncIteration
+            self._wakeup = self._loop.create_future()
+            await self._wakeup
+            self._wakeup = None
+        chunk = self._chunks.popleft()
+        self._buffered -= len(chunk)
+        if self._paused and self._buffered < _STREAM_HIGH_WATER // 2:
+            self._paused = False
+            self._connection.resume_reading()
+        return chunk
+
+    async def read(self) -> bytes:
+        return b"".join([chunk async for chunk in self.chunks()])
+
+    async def aclose(self) -> None:
+        self.stop_timer()
+        if not self._done and self._error is None:
+            # An unfinished stream leaves the socket mid-response: close it.
+            self._connection.close()
