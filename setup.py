@@ -1,8 +1,9 @@
 """Build script: compiles the per-call hot path with mypyc for wheels.
 
 Everything else is declared in pyproject.toml. The modules named in
-``gateway/_build.py`` run on every ``Gateway.invoke``; compiled, a call costs
-less CPU (``python -m bench.compare`` prints which build it measured).
+``gateway/_build.py`` run on every ``Gateway.invoke`` or every request the
+sidecar serves; compiled, a call costs less CPU (``python -m bench.compare``
+prints which build it measured).
 
 - ``pip install .`` and ``pip wheel .`` build the compiled hot path.
 - ``pip install -e .`` (a contributor's checkout) installs plain Python, so an

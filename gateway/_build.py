@@ -15,7 +15,7 @@ from pathlib import Path
 
 __all__ = ["HOT_PATH", "build_kind", "compiled_modules", "stale_modules"]
 
-# The modules every Gateway.invoke runs through, as setup.py paths.
+# The modules every Gateway.invoke (or sidecar request) runs through, as setup.py paths.
 HOT_PATH = (
     "gateway/_client.py",
     "gateway/_cached.py",
@@ -35,6 +35,9 @@ HOT_PATH = (
     "routing/_router.py",
     "routing/_stats.py",
     "routing/_target.py",
+    # The sidecar's per-request path: its HTTP server and its handler.
+    "gateway/_server/http.py",
+    "gateway/sidecar/_app.py",
 )
 
 

@@ -1,3 +1,6 @@
+# Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py); an editable install runs it
+# as plain Python. Keep it compilable: no async generators, no monkeypatching of its classes,
+# re-check attributes narrowed before an await. A compiled install needs a rebuild after edits.
 """A small HTTP/1.1 server core: asyncio protocol + ``httptools`` parser.
 
 Shared by the emulator and the sidecar, so it is general and sits on a hot
@@ -30,7 +33,7 @@ from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from email.utils import formatdate
 from http import HTTPStatus
-from typing import cast
+from typing import Any, Final, cast
 
 import httptools
 
@@ -126,7 +129,7 @@ class ServerLimits:
 
 # -- response encoding ------------------------------------------------------
 
-_EXTRA_REASONS = {530: "Internal Dependency Failure"}
+_EXTRA_REASONS: Final = {530: "Internal Dependency Failure"}
 
 
 def _reason(status: int) -> str:
@@ -136,7 +139,7 @@ def _reason(status: int) -> str:
         return _EXTRA_REASONS.get(status, "Unknown")
 
 
-_STATUS_LINES: dict[int, str] = {}
+_STATUS_LINES: Final[dict[int, str]] = {}
 
 
 def _status_line(status: int) -> str:
@@ -165,7 +168,7 @@ class _DateHeader:
         return self._line
 
 
-_date = _DateHeader()
+_date: Final = _DateHeader()
 
 
 def _header_block(headers: Sequence[tuple[str, str]]) -> str:
@@ -202,7 +205,9 @@ def _simple_response(status: int, message: str, close: bool) -> bytes:
 # Decoded once: the methods and the header names clients send on every request
 # (botocore's spelling and lower case), so the common case is one dict lookup.
 # Fixed at import: names from a client never grow it.
-_METHODS = {m.encode(): m for m in ("GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS", "PATCH")}
+_METHODS: Final = {
+    m.encode(): m for m in ("GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS", "PATCH")
+}
 _COMMON_HEADER_NAMES = (
     "Host",
     "Content-Type",
@@ -234,17 +239,21 @@ _COMMON_HEADER_NAMES = (
     "traceparent",
     "tracestate",
 )
-_HEADER_NAMES: dict[bytes, str] = {}
-for _name in _COMMON_HEADER_NAMES:
-    for _spelling in (_name, _name.lower()):
-        _HEADER_NAMES[_spelling.encode("latin-1")] = _name.lower()
-del _name, _spelling
+_HEADER_NAMES: Final = {
+    spelling.encode("latin-1"): name.lower()
+    for name in _COMMON_HEADER_NAMES
+    for spelling in (name, name.lower())
+}
 
-_WAIT_FIRST, _IDLE, _HEADERS, _BODY = range(4)
-_STOPPED = -1  # parsing stopped: answer what is queued, then close
-_LINGER = -2  # answered 413 and half-closed: drop what the client still sends
+# Final: compiled, they are constants rather than module-dict lookups.
+_WAIT_FIRST: Final = 0
+_IDLE: Final = 1
+_HEADERS: Final = 2
+_BODY: Final = 3
+_STOPPED: Final = -1  # parsing stopped: answer what is queued, then close
+_LINGER: Final = -2  # answered 413 and half-closed: drop what the client still sends
 # How long a lingering close keeps reading (at most) before it closes.
-_LINGER_S = 2.0
+_LINGER_S: Final = 2.0
 
 
 class _StopParsing(Exception):
@@ -257,7 +266,14 @@ class _Reject:
     message: str
 
 
-class _Connection(asyncio.Protocol):
+class _Connection:
+    """One client connection: an ``asyncio.Protocol`` by its methods.
+
+    Not a subclass of asyncio.Protocol: mypyc compiles this module, and only
+    a class without a Python base becomes a native class (fixed attribute
+    slots, direct method calls).
+    """
+
     __slots__ = (
         "_backlog",
         "_backlog_scheduled",
@@ -831,7 +847,10 @@ class Server:
 
     @property
     def sockets(self) -> tuple[socket.socket, ...]:
-        return tuple(self._aio_server.sockets) if self._aio_server else ()
+        # Typed as a tuple, but uvloop's servers give a list: read untyped (a
+        # compiled build checks a typed read) and converted.
+        server: Any = self._aio_server
+        return tuple(server.sockets) if server is not None else ()
 
     @property
     def port(self) -> int:
@@ -855,11 +874,11 @@ class Server:
     ) -> None:
         if sock is not None:
             self._aio_server = await self.loop.create_server(
-                lambda: _Connection(self), sock=sock, backlog=backlog
+                self._new_connection, sock=sock, backlog=backlog
             )
         else:
             self._aio_server = await self.loop.create_server(
-                lambda: _Connection(self),
+                self._new_connection,
                 host,
                 port,
                 backlog=backlog,
@@ -867,6 +886,9 @@ class Server:
                 reuse_port=reuse_port or None,
             )
         self._sweeper = self.loop.create_task(self._sweep())
+
+    def _new_connection(self) -> asyncio.Protocol:
+        return cast(asyncio.Protocol, _Connection(self))  # one by its methods
 
     async def _sweep(self) -> None:
         limits = self.limits

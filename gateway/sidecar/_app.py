@@ -1,3 +1,6 @@
+# Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py); an editable install runs it
+# as plain Python. Keep it compilable: no async generators, no monkeypatching of its classes,
+# re-check attributes narrowed before an await. A compiled install needs a rebuild after edits.
 """The sidecar's request handler: SageMaker Runtime routes in, ``Gateway`` calls out.
 
 Per request the hot path does one path split, one pass over the request
@@ -11,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final
 from urllib.parse import unquote
 
 import orjson
@@ -27,12 +30,6 @@ from prometheus_client import (
 
 from gateway import errors
 from gateway._api import INVOKE, INVOKE_ASYNC, INVOKE_STREAM, InvokeResult, Operation
-from gateway._aws.eventstream import (
-    encode_exception,
-    encode_payload_part,
-    internal_stream_failure,
-    model_stream_error,
-)
 from gateway._client import Gateway
 from gateway._server.http import Request, Response, StreamingResponse
 from gateway._tracing import ServerTracing, gateway_tracer, trace_id_of_traceparent
@@ -41,6 +38,7 @@ from gateway.sidecar._config import SidecarConfig
 from gateway.sidecar._errors import error_response, gateway_error_response, new_request_id
 from gateway.sidecar._logging import AccessLog
 from gateway.sidecar._metrics import SidecarMetrics
+from gateway.sidecar._relay import aclose, relay
 from gateway.sidecar._rtb import RtbProxy
 
 __all__ = ["TIMEOUT_HEADER", "SidecarApp"]
@@ -49,7 +47,7 @@ logger = logging.getLogger("gateway.sidecar")
 
 # Not an AWS header: lets a non-SDK client (or an SDK with a before-send hook)
 # give this call its own deadline, in milliseconds.
-TIMEOUT_HEADER = "x-gateway-timeout-ms"
+TIMEOUT_HEADER: Final = "x-gateway-timeout-ms"
 
 
 def _argument_table(operation: Operation, **extra: str) -> dict[str, str]:
@@ -58,21 +56,23 @@ def _argument_table(operation: Operation, **extra: str) -> dict[str, str]:
 
 
 # "Cache-Control: no-cache" (or no-store) skips the prediction cache.
-_INVOKE_ARGS = _argument_table(INVOKE, **{"cache-control": "cache"})
-_STREAM_ARGS = _argument_table(INVOKE_STREAM)
-_ASYNC_ARGS = _argument_table(INVOKE_ASYNC)
-_INTEGER_ARGS = tuple(m.keyword for m in INVOKE_ASYNC.headers if m.kind == "integer")
-_SAGEMAKER_PREFIX = "x-amzn-sagemaker-"
+# Final: compiled, these are C globals rather than module-dict lookups.
+_INVOKE_ARGS: Final = _argument_table(INVOKE, **{"cache-control": "cache"})
+_STREAM_ARGS: Final = _argument_table(INVOKE_STREAM)
+_ASYNC_ARGS: Final = _argument_table(INVOKE_ASYNC)
+_INTEGER_ARGS: Final = tuple(m.keyword for m in INVOKE_ASYNC.headers if m.kind == "integer")
+_SAGEMAKER_PREFIX: Final = "x-amzn-sagemaker-"
 
-_INVOKE, _STREAM, _ASYNC = "invoke", "stream", "async"
-_ACTIONS = {
+_INVOKE: Final = "invoke"
+_STREAM: Final = "stream"
+_ASYNC: Final = "async"
+_ACTIONS: Final = {
     "invocations": _INVOKE,
     "invocations-response-stream": _STREAM,
     "async-invocations": _ASYNC,
 }
-_EVENTSTREAM = ("Content-Type", "application/vnd.amazon.eventstream")
-_JSON = ("Content-Type", "application/json")
-_TIMEOUTS = (errors.DeadlineExceeded, errors.ReadTimeout)
+_EVENTSTREAM: Final = ("Content-Type", "application/vnd.amazon.eventstream")
+_JSON: Final = ("Content-Type", "application/json")
 
 
 class _BadRequest(Exception):
@@ -189,14 +189,14 @@ class SidecarApp:
             name = unquote(name)
         self.in_flight += 1
         try:
-            if operation is _INVOKE:
+            if operation == _INVOKE:
                 # Inline, not a method: one coroutine less on every invocation.
                 kwargs = self._arguments(request.headers, _INVOKE_ARGS)
                 result = await self._gw.invoke(name, request.body, **kwargs)
                 response: Response | StreamingResponse = Response(
                     200, _result_headers(result), result.body
                 )
-            elif operation is _STREAM:
+            elif operation == _STREAM:
                 response = await self._stream(request, name)
             else:
                 response = await self._async(request, name)
@@ -290,34 +290,10 @@ class SidecarApp:
         except StopAsyncIteration:
             first = None
         except BaseException:
-            await _aclose(parts)
+            await aclose(parts)
             raise
         headers = _stream_headers(parts, kwargs)
-        return StreamingResponse(self._relay(parts, first), 200, headers)
-
-    async def _relay(
-        self, parts: AsyncIterator[bytes], first: bytes | None
-    ) -> AsyncIterator[bytes]:
-        """PayloadPart events; a failure mid-stream becomes an exception event."""
-        self.in_flight += 1
-        try:
-            if first is not None:
-                yield encode_payload_part(first)
-                async for part in parts:
-                    yield encode_payload_part(part)
-        except _TIMEOUTS as error:
-            yield model_stream_error(f"gateway timeout: {error}", "ModelInvocationTimeExceeded")
-        except errors.ModelError as error:
-            yield _model_stream_error(error)
-        except errors.ServiceError as error:
-            # The upstream's InternalStreamFailure passes on as it came.
-            upstream = error.code == "InternalStreamFailure"
-            yield internal_stream_failure(error.message if upstream else f"{error}")
-        except errors.GatewayError as error:
-            yield internal_stream_failure(f"{type(error).__name__}: {error}")
-        finally:
-            self.in_flight -= 1
-            await _aclose(parts)
+        return StreamingResponse(relay(self, parts, first), 200, headers)
 
     async def _async(self, request: Request, name: str) -> Response:
         kwargs = self._arguments(request.headers, _ASYNC_ARGS)
@@ -363,14 +339,6 @@ class SidecarApp:
         return Response(200, (_JSON,), b'{"status":"ok"}')
 
 
-async def _aclose(parts: AsyncIterator[bytes]) -> None:
-    # Typed as an iterator, but a generator underneath: closing it returns
-    # the upstream connection to the pool now rather than at GC.
-    aclose: Callable[[], Awaitable[object]] | None = getattr(parts, "aclose", None)
-    if aclose is not None:
-        await aclose()
-
-
 def _result_headers(result: InvokeResult) -> list[tuple[str, str]]:
     # Each field read once: every read is a method call on the result.
     headers = [("x-amzn-RequestId", result.request_id or new_request_id())]
@@ -393,16 +361,6 @@ def _result_headers(result: InvokeResult) -> list[tuple[str, str]]:
 _STREAM_RESPONSE_HEADERS = tuple(
     (m.header, m.wire_header) for m in INVOKE_STREAM.response if m.location == "header"
 )
-
-
-def _model_stream_error(error: errors.ModelError) -> bytes:
-    """The upstream's ModelStreamError passed on unchanged; any other ModelError as StreamBroken."""
-    if error.code != "ModelStreamError":
-        return model_stream_error(error.message, "StreamBroken")
-    fields: dict[str, object] = {"Message": error.message}
-    if error.error_code is not None:
-        fields["ErrorCode"] = error.error_code
-    return encode_exception("ModelStreamError", fields)
 
 
 def _stream_headers(parts: object, kwargs: Mapping[str, Any]) -> list[tuple[str, str]]:

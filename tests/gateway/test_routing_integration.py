@@ -14,6 +14,7 @@ import pytest
 from gateway import Gateway, errors
 from gateway.emulator import Emulator, EmulatorConfig
 from routing import TargetHealth
+from tests.gateway.conftest import source_of
 
 FAST = {"latency": {"base_ms": 1.0}}
 
@@ -206,8 +207,7 @@ async def test_the_deadline_bounds_the_call_and_leaves_nothing_running(
 def _client_side(tasks: set[asyncio.Task[Any]]) -> set[asyncio.Task[Any]]:
     # The emulator runs in this loop too; its own tasks are not the call's.
     def server_side(task: asyncio.Task[Any]) -> bool:
-        code = getattr(task.get_coro(), "cr_code", None)
-        filename = code.co_filename if code is not None else ""
+        filename = source_of(task)
         return "_server/http.py" in filename or "emulator" in filename
 
     return {task for task in tasks if not server_side(task)}

@@ -74,7 +74,8 @@ def _config(emulator: Emulator, bidder: Server, **sidecar: Any) -> dict[str, Any
             }
         },
         "cache": {"near_max_entries": 1000},
-        "sidecar": {"metrics_label_cap": 5, **sidecar},
+        # Port 0: the default 8081 may be taken by another run on this machine.
+        "sidecar": {"listen": "127.0.0.1:0", "metrics_label_cap": 5, **sidecar},
         "rtb": {
             "bidders": [f"http://127.0.0.1:{bidder.port}/bid"],
             "route_thresholds": {"keep-all": 0.0, "drop-all": 1.0},
