@@ -42,26 +42,21 @@ BUILD_FLAGS = [
 ]
 
 
-def remove_in_place_builds() -> None:
-    """Delete compiled modules an earlier editable install left beside the sources.
-
-    They would shadow the plain sources this build is asked for.
-    """
-    suffixes = importlib.machinery.EXTENSION_SUFFIXES
-    for source in HOT_PATH:
-        stem = ROOT / source.removesuffix(".py")
-        for suffix in suffixes:
-            stem.with_name(stem.name + suffix).unlink(missing_ok=True)
-    for suffix in suffixes:
-        (ROOT / f"{GROUP}__mypyc{suffix}").unlink(missing_ok=True)
-
-
 def compiled_in_place() -> list[Path]:
     """The compiled modules (and mypyc's shared library) beside the sources."""
     stems = [ROOT / source.removesuffix(".py") for source in HOT_PATH] + [ROOT / f"{GROUP}__mypyc"]
     suffixes = importlib.machinery.EXTENSION_SUFFIXES
     found = (stem.with_name(stem.name + suffix) for stem in stems for suffix in suffixes)
     return [path for path in found if path.exists()]
+
+
+def remove_in_place_builds() -> None:
+    """Delete compiled modules an earlier editable install left beside the sources.
+
+    They would shadow the plain sources this build is asked for.
+    """
+    for path in compiled_in_place():
+        path.unlink()
 
 
 class BuildExtMarkingBuildTime(build_ext):
