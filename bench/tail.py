@@ -12,6 +12,11 @@ A control run per round calls the same set-up without the stalls, hedging
 off: its p99.9 is what the client, the upstream and the machine give with no
 tail to cut, the floor any hedging policy can reach (on a busy machine the
 event loop's own delays set it, not the stalls).
+
+Every run freezes the collector after its warm-up (``gateway.tune_gc()``, as
+the README tells embedders to do) and unfreezes it after: otherwise one full
+collection, tens of milliseconds on the loop's thread, lands in some runs and
+not others and sets their p99.9 whatever the hedging does.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import statistics
 import sys
@@ -29,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench._stub import Latency, StubServer
-from gateway import Gateway, GatewayError
+from gateway import Gateway, GatewayError, tune_gc
 from gateway.emulator import Emulator
 
 STEADY = Latency(base_ms=2.0, jitter_ms=0.5)
@@ -125,7 +131,11 @@ async def _run(
         warm_up_hedges = gateway.metrics.hedges.get("bid", 0)
         gateway.metrics.hedges.clear()
         gateway.metrics.hedge_wins.clear()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        tune_gc()
+        try:
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+        finally:
+            gc.unfreeze()
         return latencies, failures, gateway.metrics, warm_up_hedges
 
 
