@@ -56,7 +56,7 @@ class _Rules:
     bounds: tuple[tuple[str, float], ...] = ()
     # before(raw, key) runs first (a bare string -> a table); check(value) gets
     # the typed value and raises ValueError saying what is wrong.
-    before: Callable[[Any, str], Any] | None = None
+    before: Callable[[Any, str], Any] = lambda value, key: value
     check: Callable[[Any], object] | None = None
     inline: bool = False  # the nested section's keys sit in this table
 
@@ -169,10 +169,7 @@ def _check(section: object) -> None:
     # Validates, and normalises (1 -> 1.0, list -> tuple, str -> bytes), every field.
     for name, kind, rules, _ in _schema(type(section)):
         key = _key_of(section, name)
-        value = getattr(section, name)
-        if rules.before is not None:
-            value = rules.before(value, key)
-        value = _convert(kind, value, key, rules)
+        value = _convert(kind, rules.before(getattr(section, name), key), key, rules)
         if rules.check is not None and value is not None:
             try:
                 rules.check(value)

@@ -91,8 +91,8 @@ class SidecarConfig:
     metrics_label_cap: int = setting(default=100, ge=1)
 
     @classmethod
-    def from_mapping(cls, mapping: Mapping[str, Any], section: str = "sidecar") -> SidecarConfig:
-        return read(cls, mapping, section)
+    def from_mapping(cls, mapping: Mapping[str, Any]) -> SidecarConfig:
+        return read(cls, mapping, "sidecar")
 
     def check_bind(self, host: str) -> None:
         """Refuse a non-loopback address without inbound auth (ConfigError)."""
