@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import astuple, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,8 +43,7 @@ class _CredentialsTable:
 def _credentials(value: Any, key: str) -> Any:
     if value is None or isinstance(value, Credentials):
         return value
-    table = read(_CredentialsTable, value, key)
-    return Credentials(table.access_key_id, table.secret_access_key, table.session_token)
+    return Credentials(*astuple(read(_CredentialsTable, value, key)))  # in Credentials' order
 
 
 @section()

@@ -21,6 +21,7 @@ import tomllib
 import types
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
+from dataclasses import MISSING
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, dataclass_transform, get_args, get_origin
 from typing import get_type_hints as _hints
@@ -51,27 +52,26 @@ class ConfigError(GatewayError, ValueError):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Rules:
-    ge: float | None = None
-    gt: float | None = None
-    le: float | None = None
-    lt: float | None = None
+    # Each number (each item, in a list or table) must be within: ((">=", 0), ...).
+    bounds: tuple[tuple[str, float], ...] = ()
     # before(raw, key) runs first (a bare string -> a table); check(value) gets
     # the typed value and raises ValueError saying what is wrong.
-    before: Callable[[Any, str], Any] | None = None
+    before: Callable[[Any, str], Any] = lambda value, key: value
     check: Callable[[Any], object] | None = None
     inline: bool = False  # the nested section's keys sit in this table
 
 
+_SIGNS = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
+_OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
+
+
 def setting(
-    *,
-    default: Any = dataclasses.MISSING,
-    factory: Any = dataclasses.MISSING,
-    repr: bool = True,
-    **rules: Any,
+    *, default: Any = MISSING, factory: Any = MISSING, repr: bool = True, **rules: Any
 ) -> Any:
     """A field with rules: ``ge gt le lt`` bounds, ``before``, ``check``, ``inline``."""
+    bounds = tuple((sign, rules.pop(name)) for name, sign in _SIGNS.items() if name in rules)
     field: Any = dataclasses.field
-    metadata = {"rules": _Rules(**rules)}
+    metadata = {"rules": _Rules(bounds, **rules)}
     return field(default=default, default_factory=factory, repr=repr, metadata=metadata)
 
 
@@ -88,12 +88,11 @@ def section(key: str | Callable[[Any], str] = "") -> Callable[[type[T]], type[T]
     """Make a class a config section (see the module's docstring)."""
 
     def build(cls: type[T]) -> type[T]:
-        own = cls.__dict__.get("__post_init__")
+        own = cls.__dict__.get("__post_init__", lambda self: None)
 
         def __post_init__(self: Any) -> None:
             _check(self)
-            if own is not None:
-                own(self)
+            own(self)
 
         setattr(cls, "__post_init__", __post_init__)  # noqa: B010 - mypy: a new attribute
         made = dataclasses.dataclass(frozen=True, slots=True)(cls)
@@ -104,19 +103,15 @@ def section(key: str | Callable[[Any], str] = "") -> Callable[[type[T]], type[T]
 
 
 def _schema(cls: type) -> tuple[tuple[str, Any, _Rules, bool], ...]:
-    schema = _SCHEMAS.get(cls)
-    if schema is None:
-        hints = _hints(cls)
-        schema = _SCHEMAS[cls] = tuple(
-            (
-                item.name,
-                hints[item.name],
-                item.metadata.get("rules", _NO_RULES),
-                item.default is item.default_factory is dataclasses.MISSING,
-            )
-            for item in dataclasses.fields(cls)
-            if item.init
-        )
+    """(name, type, rules, required) of each field of section ``cls``, worked out once."""
+    if cls in _SCHEMAS:
+        return _SCHEMAS[cls]
+    hints = _hints(cls)
+    _SCHEMAS[cls] = schema = tuple(
+        (f.name, hints[f.name], f.metadata.get("rules", _NO_RULES), f.default is f.default_factory)
+        for f in dataclasses.fields(cls)
+        if f.init
+    )
     return schema
 
 
@@ -129,9 +124,12 @@ def read(cls: type[T], table: object, where: str, **fixed: Any) -> T:
     if not isinstance(table, Mapping):
         raise ConfigError.at(where, f"must be a table, got {table!r}")
     schema = _schema(cls)
-    inline = {name: _schema(kind) for name, kind, rules, _ in schema if rules.inline}
+    # An inline section's keys sit in this table (rtb's filter policy).
+    inline = {
+        name: {sub[0] for sub in _schema(kind)} for name, kind, rules, _ in schema if rules.inline
+    }
     allowed = {name for name, *_ in schema if name not in inline and name not in fixed}
-    allowed.update(sub[0] for subs in inline.values() for sub in subs)
+    allowed = allowed.union(*inline.values())
     for key in table:
         if key not in allowed:
             problem = f"unknown key (allowed: {', '.join(sorted(allowed))})"
@@ -139,8 +137,7 @@ def read(cls: type[T], table: object, where: str, **fixed: Any) -> T:
     values = dict(fixed)
     for name, kind, _, required in schema:
         if name in inline:
-            names = {sub[0] for sub in inline[name]}
-            values[name] = read(kind, {k: v for k, v in table.items() if k in names}, where)
+            values[name] = read(kind, {k: v for k, v in table.items() if k in inline[name]}, where)
         elif name in table:
             # TOML has no null: None in a table is a mistake, not "unset".
             if table[name] is None:
@@ -172,124 +169,82 @@ def _check(section: object) -> None:
     # Validates, and normalises (1 -> 1.0, list -> tuple, str -> bytes), every field.
     for name, kind, rules, _ in _schema(type(section)):
         key = _key_of(section, name)
-        value = getattr(section, name)
-        if rules.before is not None:
-            value = rules.before(value, key)
-        value = _convert(kind, value, key, rules)
+        value = _convert(kind, rules.before(getattr(section, name), key), key, rules)
         if rules.check is not None and value is not None:
             try:
                 rules.check(value)
             except ValueError as exc:
-                if isinstance(exc, ConfigError) and exc.key is not None:
-                    raise
                 raise ConfigError.at(key, str(exc)) from None
         object.__setattr__(section, name, value)
 
 
-def _convert(kind: Any, value: Any, key: str, rules: _Rules) -> Any:
+# What a value of each type must be (for the error), and the types TOML gives for it.
+_MUST_BE: dict[Any, str] = {int: "an integer", float: "a number", bool: "true or false"}
+_MUST_BE |= {str: "a non-empty string", bytes: "a string", tuple: "a list", Mapping: "a table"}
+_TAKES: dict[Any, Any] = {float: int | float, bytes: bytes | str, tuple: list | tuple}
+
+
+def _convert(kind: Any, value: Any, key: str, rules: _Rules, name: str = "") -> Any:
     origin = get_origin(kind)
     if origin is Union or origin is types.UnionType:  # only "X | None"
         inner = next(arg for arg in get_args(kind) if arg is not type(None))
-        return None if value is None else _convert(inner, value, key, rules)
+        return None if value is None else _convert(inner, value, key, rules, name)
     if origin is Literal and value not in get_args(kind):
         choices = ", ".join(map(str, get_args(kind)))
         raise ConfigError.at(key, f"must be one of {choices}, got {value!r}")
-    if kind is int or kind is float:
-        return _number(kind, value, key, rules)
-    if kind is bool:
-        return _typed(value, bool, key, "true or false")
-    if kind is str:
-        return _typed(value, str, key, "a non-empty string", empty=False)
-    if kind is bytes:
-        return value.encode() if isinstance(value, str) else _typed(value, bytes, key, "a string")
-    if origin is tuple:
-        return _tuple(get_args(kind), value, key, rules)
-    if origin is Mapping:
-        return _mapping(get_args(kind)[1], value, key, rules)
-    if kind in _KEYS and not isinstance(value, kind):
-        return read(kind, value, key)
-    return value if kind is Any or origin is Literal else _typed(value, kind, key, kind.__name__)
-
-
-def _typed(value: Any, kind: Any, key: str, text: str, empty: bool = True) -> Any:
-    if not isinstance(value, kind) or (not empty and not value):
-        raise ConfigError.at(key, f"must be {text}, got {value!r}")
-    return value
-
-
-def _mapping(item: Any, value: Any, key: str, rules: _Rules) -> dict[str, Any]:
-    # Sections with a `name` field take it from their key ([endpoints.<name>]).
-    named = item in _KEYS and any(field[0] == "name" for field in _schema(item))
-    return {
-        str(k): read(item, v, _join(key, str(k)), name=str(k))
-        if named and not isinstance(v, item)
-        else _convert(item, v, _join(key, str(k)), rules)
-        for k, v in _typed(value, Mapping, key, "a table").items()
-    }
-
-
-def _tuple(items: tuple[Any, ...], value: Any, key: str, rules: _Rules) -> tuple[Any, ...]:
-    if not isinstance(value, list | tuple):
-        raise ConfigError.at(key, f"must be a list, got {value!r}")
-    if len(items) == 2 and items[1] is Ellipsis:
-        items = (items[0],) * len(value)
-    elif len(items) != len(value):
-        raise ConfigError.at(key, f"must be a list of {len(items)} items, got {value!r}")
-    return tuple(
-        _convert(kind, item, f"{key}[{index}]", rules)
-        for index, (kind, item) in enumerate(zip(items, value, strict=True))
-    )
-
-
-def _number(kind: type, value: Any, key: str, rules: _Rules) -> Any:
+    if kind in _KEYS:
+        # Sections with a `name` field take it from their key ([endpoints.<name>]).
+        named = {"name": name} if name and any(f[0] == "name" for f in _schema(kind)) else {}
+        return value if isinstance(value, kind) else read(kind, value, key, **named)
+    base = origin or kind
+    if base is Any or base is Literal:
+        return value
     # bool is an int subclass: "timeout_ms = true" is a mistake, not 1 ms.
-    if isinstance(value, bool) or not isinstance(value, int if kind is int else int | float):
-        text = "an integer" if kind is int else "a number"
-        raise ConfigError.at(key, f"must be {text}, got {value!r}")
-    if kind is float:
+    wrong = isinstance(value, bool) and base is not bool
+    if wrong or not isinstance(value, _TAKES.get(base, base)) or (base is str and not value):
+        raise ConfigError.at(key, f"must be {_MUST_BE.get(base, base.__name__)}, got {value!r}")
+    if base is tuple:
+        items = get_args(kind)
+        if items[-1] is Ellipsis:
+            items = items[:1] * len(value)
+        elif len(items) != len(value):
+            raise ConfigError.at(key, f"must be a list of {len(items)} items, got {value!r}")
+        pairs = enumerate(zip(items, value, strict=True))
+        return tuple(_convert(sub, item, f"{key}[{i}]", rules) for i, (sub, item) in pairs)
+    if base is Mapping:
+        item = get_args(kind)[1]
+        return {str(k): _convert(item, v, f"{key}.{k}", rules, str(k)) for k, v in value.items()}
+    if base is float:
         # TOML has nan and inf; neither is a usable timeout, rate or size.
         if not math.isfinite(value):
             raise ConfigError.at(key, f"must be a finite number, got {value!r}")
         value = float(value)
-    bounds = ((">=", rules.ge), (">", rules.gt), ("<=", rules.le), ("<", rules.lt))
-    limits = [(sign, bound) for sign, bound in bounds if bound is not None]
-    if any(not _OPS[sign](value, bound) for sign, bound in limits):
-        if rules.ge is not None and rules.le is not None:
-            text = f"between {_text(rules.ge)} and {_text(rules.le)}"
-        else:
-            text = " and ".join(f"{sign} {_text(bound)}" for sign, bound in limits)
+    if not all(_OPS[sign](value, bound) for sign, bound in rules.bounds):
+        signs, limits = zip(*rules.bounds, strict=True)
+        text = " and ".join(map("{} {}".format, signs, limits))
+        if signs == (">=", "<="):
+            text = "between {} and {}".format(*limits)
         raise ConfigError.at(key, f"must be {text}, got {value!r}")
-    return value
+    return value.encode() if base is bytes and isinstance(value, str) else value
 
 
-_OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
-
-
-def _text(number: float) -> str:
-    return str(int(number)) if number == int(number) else repr(number)
-
-
-def to_table(section: object, *, keyed: bool = False) -> dict[str, Any]:
-    """``section`` as the table :func:`read` builds it from; ``keyed``: its name is its key."""
-    table: dict[str, Any] = {}
-    for name, _, rules, _ in _schema(type(section)):
-        value = getattr(section, name)
-        if rules.inline:
-            table.update(to_table(value))
-        # TOML has no null: an unset value is left out, as is a name that is the key.
-        elif value is not None and not (keyed and name == "name"):
-            table[name] = _plain(value)
-    return table
-
-
-def _plain(value: Any, keyed: bool = False) -> Any:
-    if type(value) in _KEYS:
-        return to_table(value, keyed=keyed)
+def to_table(value: Any, *, keyed: bool = False) -> Any:
+    """A section as the table :func:`read` builds it from; ``keyed``: its name is its key."""
     if isinstance(value, tuple):
-        return [_plain(item) for item in value]
+        return [to_table(item) for item in value]
     if isinstance(value, Mapping):
-        return {str(key): _plain(item, keyed=True) for key, item in value.items()}
-    return value
+        return {str(key): to_table(item, keyed=True) for key, item in value.items()}
+    if type(value) not in _KEYS:
+        return value
+    table: dict[str, Any] = {}
+    for name, _, rules, _ in _schema(type(value)):
+        item = getattr(value, name)
+        if rules.inline:
+            table.update(to_table(item))
+        # TOML has no null: an unset value is left out, as is a name that is the key.
+        elif item is not None and not (keyed and name == "name"):
+            table[name] = to_table(item)
+    return table
 
 
 def http_url(value: str) -> None:

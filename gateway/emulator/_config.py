@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gateway.emulator._errors import ERROR_CODES
-from sagemaker_gateway_config import ConfigError, fail, http_url, load_toml, read, section, setting
+from sagemaker_gateway_config import fail, http_url, load_toml, read, section, setting
 
 
 @section("model")
@@ -65,17 +65,9 @@ class LatencyConfig:
     tail_ms: float = setting(default=0.0, ge=0)
 
 
-def _error_codes(rates: Any, key: str) -> Any:
-    for code in rates if isinstance(rates, Mapping) else ():
-        if code not in ERROR_CODES:
-            choices = ", ".join(ERROR_CODES)
-            raise ConfigError.at(f"{key}.{code}", f"unknown error; one of {choices}")
-    return rates
-
-
 @section("faults")
 class FaultConfig:
-    error_rates: Mapping[str, float] = setting(factory=dict, ge=0, le=1, before=_error_codes)
+    error_rates: Mapping[str, float] = setting(factory=dict, ge=0, le=1)
     # Abort the connection with RST, no answer; hold the answer stall_ms longer.
     reset_rate: float = setting(default=0.0, ge=0, le=1)
     stall_rate: float = setting(default=0.0, ge=0, le=1)
@@ -87,6 +79,10 @@ class FaultConfig:
     stream_error_code: str = "StreamBroken"
 
     def __post_init__(self) -> None:
+        for code in self.error_rates:
+            if code not in ERROR_CODES:
+                choices = ", ".join(ERROR_CODES)
+                raise fail(self, f"error_rates.{code}", f"unknown error; one of {choices}")
         if sum(self.error_rates.values()) > 1.0:
             raise fail(self, "error_rates", "the rates add up to more than 1")
 

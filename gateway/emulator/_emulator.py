@@ -311,7 +311,7 @@ def _json_default(value: object) -> object:
 
 def _config_as_dict(config: EmulatorConfig) -> dict[str, Any]:
     """Back to the dict shape ``from_dict`` reads."""
-    table = to_table(config)
+    table: dict[str, Any] = to_table(config)
     for endpoint in table["endpoints"].values():
         model = endpoint["model"]
         # The model's table as given (an xgboost model's own keys), under the checked keys.

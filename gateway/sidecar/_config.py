@@ -9,7 +9,7 @@ from typing import Any, Literal
 from gateway._server.address import host_port, is_loopback
 from sagemaker_gateway_config import ConfigError, fail, read, section, setting
 
-__all__ = ["AuthSettings", "SidecarConfig", "parse_workers"]
+__all__ = ["AuthSettings", "SidecarConfig"]
 
 _MIB = 1024 * 1024
 _GC_MAX = 2**31 - 1  # gc.set_threshold takes C ints
@@ -43,18 +43,12 @@ class AuthSettings:
             raise fail(self, "token", "required when mode is 'bearer'")
 
 
-def _auto_workers(raw: Any, key: str) -> Any:
-    return 0 if isinstance(raw, str) and raw.strip().lower() == "auto" else raw
-
-
-def parse_workers(value: str, where: str = "--workers") -> int:
-    """The ``--workers`` flag: a number of processes, or ``auto`` (returned as 0)."""
-    text = value.strip().lower()
-    if text == "auto":
-        return 0
-    if not text.isdigit() or not 1 <= int(text) <= _MAX_WORKERS:
-        raise ConfigError.at(where, f"must be 1-{_MAX_WORKERS} processes or 'auto', got {value!r}")
-    return int(text)
+def _workers(raw: Any, key: str) -> Any:
+    # A count may come as text: the --workers flag, or a variable overriding "auto".
+    if not isinstance(raw, str):
+        return raw
+    text = raw.strip().lower()
+    return 0 if text == "auto" else int(text) if text.isdecimal() else raw
 
 
 @section("sidecar")
@@ -70,7 +64,7 @@ class SidecarConfig:
     drain_s: float = setting(default=5.0, ge=0)
     # Worker processes sharing the port (SO_REUSEPORT); "auto" (read as 0):
     # as many as the cores this process may use. An in-process Sidecar ignores it.
-    workers: int = setting(default=1, before=_auto_workers, ge=0, le=_MAX_WORKERS)
+    workers: int = setting(default=1, before=_workers, ge=0, le=_MAX_WORKERS)
     header_timeout_s: float = setting(default=5.0, ge=0.001)
     body_timeout_s: float = setting(default=30.0, ge=0.001)
     idle_timeout_s: float = setting(default=60.0, ge=0.001)
@@ -97,8 +91,8 @@ class SidecarConfig:
     metrics_label_cap: int = setting(default=100, ge=1)
 
     @classmethod
-    def from_mapping(cls, mapping: Mapping[str, Any], section: str = "sidecar") -> SidecarConfig:
-        return read(cls, mapping, section)
+    def from_mapping(cls, mapping: Mapping[str, Any]) -> SidecarConfig:
+        return read(cls, mapping, "sidecar")
 
     def check_bind(self, host: str) -> None:
         """Refuse a non-loopback address without inbound auth (ConfigError)."""

@@ -100,8 +100,8 @@ class RtbConfig:
             raise fail(self, "bidders", "must list at least one bidder URL")
 
     @classmethod
-    def from_mapping(cls, mapping: Mapping[str, Any], section: str = "rtb") -> RtbConfig:
-        return read(cls, mapping, section)
+    def from_mapping(cls, mapping: Mapping[str, Any]) -> RtbConfig:
+        return read(cls, mapping, "rtb")
 
 
 # -- metrics ------------------------------------------------------------------

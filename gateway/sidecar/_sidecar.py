@@ -37,7 +37,7 @@ from gateway._tracing import configure_from_environment
 from gateway.errors import ConfigError
 from gateway.sidecar._app import SidecarApp
 from gateway.sidecar._auth import make_authenticator
-from gateway.sidecar._config import SidecarConfig, parse_workers
+from gateway.sidecar._config import SidecarConfig
 from gateway.sidecar._logging import configure_logging
 from gateway.sidecar._rtb import RtbConfig, RtbProxy
 from gateway.sidecar._workers import (
@@ -426,8 +426,9 @@ def _command_config(
     if args.listen is not None:
         parse_listen(args.listen, "--listen")  # a bad flag is named as the flag
         sidecar_flags["listen"] = args.listen
-    if args.workers is not None:
-        sidecar_flags["workers"] = parse_workers(args.workers)
+    if args.workers is not None:  # checked as [sidecar] workers; an error names the flag
+        sidecar_flags["workers"] = args.workers
+        overlay.sources["sidecar.workers"] = "--workers"
     if sidecar_flags:
         sidecar = mapping.get("sidecar", {})
         mapping["sidecar"] = {**(sidecar if isinstance(sidecar, Mapping) else {}), **sidecar_flags}

@@ -156,3 +156,31 @@ def test_an_unknown_variable_in_any_section_is_named(
     with pytest.raises(ConfigError) as raised:
         _command_config(args, {variable: "1"})
     assert str(raised.value).startswith(f"{variable} ({path}): unknown key")
+
+
+@pytest.mark.parametrize(
+    ("flags", "environ", "workers"),
+    [
+        (["--workers", "auto"], {}, 0),
+        (["--workers", " 3 "], {}, 3),
+        # A count from a variable replaces the file's "auto" (text: the file has text there).
+        ([], {"SAGEMAKER_GATEWAY__SIDECAR__WORKERS": "4"}, 4),
+        (["--workers", "abc"], {}, "--workers (sidecar.workers): must be an integer, got 'abc'"),
+        (["--workers", "2000"], {}, "--workers (sidecar.workers): must be between 0 and 1024"),
+    ],
+)
+def test_workers_flag_is_read_as_the_key_and_errors_name_the_flag(
+    flags: list[str], environ: dict[str, str], workers: int | str, tmp_path: Path
+) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text(
+        'region = "us-east-1"\n[credentials]\naccess_key_id = "a"\nsecret_access_key = "s"\n'
+        '[sidecar]\nworkers = "auto"\n'
+    )
+    args = _parser().parse_args(["--config", str(config), *flags])
+    if isinstance(workers, int):
+        assert _command_config(args, environ)[1].workers == workers
+        return
+    with pytest.raises(ConfigError) as raised:
+        _command_config(args, environ)
+    assert str(raised.value).startswith(workers)
