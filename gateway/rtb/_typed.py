@@ -1,6 +1,6 @@
 """Typed decoding of a bid request in C (msgspec): the fast path of ``parse_record``.
 
-msgspec decodes the JSON straight into the structs below, checking every
+msgspec decodes the JSON straight into the structs of ``_structs``, checking every
 type on the way and skipping unknown fields without building them; Python
 then only assembles the record from the structs' attributes. The structs
 accept exactly what ``request``'s validators accept, or less: whatever they
@@ -12,154 +12,24 @@ have. So valid requests take the fast path, and errors read as before.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final, Literal
+from typing import Any, Final
 
 import msgspec
 
+from gateway.rtb._structs import (
+    App,
+    Device,
+    Geo,
+    Imp,
+    Publisher,
+    Regs,
+    Site,
+    User,
+    decode,
+)
+
 __all__ = ["decode_record"]
 
-# Each struct names only the fields the record needs; the rest are skipped.
-# ``X | None = None``: absent or null, as the validators treat them.
-_Flag = Literal[0, 1]
-
-
-class _Object(msgspec.Struct):
-    """Any JSON object (its fields unread): audio, native, schain."""
-
-
-class _Format(msgspec.Struct):
-    w: int | None = None
-    h: int | None = None
-
-
-class _Banner(msgspec.Struct):
-    w: int | None = None
-    h: int | None = None
-    format: list[_Format] | None = None
-
-
-class _Video(msgspec.Struct):
-    w: int | None = None
-    h: int | None = None
-
-
-class _Imp(msgspec.Struct):
-    id: str | None = None
-    banner: _Banner | None = None
-    video: _Video | None = None
-    audio: _Object | None = None
-    native: _Object | None = None
-    bidfloor: Annotated[float, msgspec.Meta(ge=0)] | None = None
-    bidfloorcur: str | None = None
-    instl: _Flag | None = None
-    secure: _Flag | None = None
-
-
-class _Publisher(msgspec.Struct):
-    id: str | None = None
-    domain: str | None = None
-
-
-class _Site(msgspec.Struct):
-    id: str | None = None
-    domain: str | None = None
-    page: str | None = None
-    publisher: _Publisher | None = None
-    cat: list[str] | None = None
-    sectioncat: list[str] | None = None
-    pagecat: list[str] | None = None
-
-
-class _App(msgspec.Struct):
-    id: str | None = None
-    domain: str | None = None
-    bundle: str | None = None
-    publisher: _Publisher | None = None
-    cat: list[str] | None = None
-    sectioncat: list[str] | None = None
-    pagecat: list[str] | None = None
-
-
-class _Geo(msgspec.Struct):
-    country: str | None = None
-    region: str | None = None
-    city: str | None = None
-    lat: float | None = None
-    lon: float | None = None
-
-
-class _Device(msgspec.Struct):
-    ip: str | None = None
-    ipv6: str | None = None
-    ua: str | None = None
-    devicetype: int | None = None
-    os: str | None = None
-    osv: str | None = None
-    make: str | None = None
-    model: str | None = None
-    geo: _Geo | None = None
-    connectiontype: int | None = None
-    js: _Flag | None = None
-    language: str | None = None
-
-
-class _UserExt(msgspec.Struct):
-    consent: str | None = None
-
-
-class _User(msgspec.Struct):
-    id: str | None = None
-    buyeruid: str | None = None
-    yob: int | None = None
-    gender: str | None = None
-    geo: _Geo | None = None
-    consent: str | None = None
-    ext: _UserExt | None = None
-
-
-class _RegsExt(msgspec.Struct):
-    gdpr: int | None = None
-    us_privacy: str | None = None
-    gpp: str | None = None
-    gpp_sid: list[int] | None = None
-
-
-class _Regs(msgspec.Struct):
-    gdpr: int | None = None
-    us_privacy: str | None = None
-    gpp: str | None = None
-    gpp_sid: list[int] | None = None
-    coppa: _Flag | None = None
-    ext: _RegsExt | None = None
-
-
-class _SourceExt(msgspec.Struct):
-    schain: _Object | None = None
-
-
-class _Source(msgspec.Struct):
-    schain: _Object | None = None
-    ext: _SourceExt | None = None
-
-
-class _BidRequest(msgspec.Struct):
-    id: str
-    imp: Annotated[list[_Imp], msgspec.Meta(min_length=1)]
-    site: _Site | None = None
-    app: _App | None = None
-    device: _Device | None = None
-    user: _User | None = None
-    regs: _Regs | None = None
-    source: _Source | None = None
-    tmax: Annotated[int, msgspec.Meta(gt=0)] | None = None
-    at: int | None = None
-    bcat: list[str] | None = None
-    badv: list[str] | None = None
-    cur: list[str] | None = None
-    test: _Flag | None = None
-
-
-_decode: Final = msgspec.json.Decoder(_BidRequest).decode
 _KINDS: Final = ("video", "audio", "native", "banner")
 _KIND_SETS: Final = tuple(
     tuple(kind for bit, kind in zip((8, 4, 2, 1), _KINDS, strict=True) if mask & bit)
@@ -187,7 +57,7 @@ def decode_record(data: bytes | bytearray | memoryview | str) -> tuple[Any, ...]
         except UnicodeDecodeError:
             raise NotTyped from None
     try:
-        root = _decode(data)
+        root = decode(data)
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         raise NotTyped from None
     site = root.site
@@ -225,7 +95,7 @@ def decode_record(data: bytes | bytearray | memoryview | str) -> tuple[Any, ...]
     )
 
 
-def _imp(imp: _Imp) -> tuple[Any, ...]:
+def _imp(imp: Imp) -> tuple[Any, ...]:
     if imp.id is None:
         raise NotTyped
     banner = imp.banner
@@ -257,11 +127,11 @@ def _imp(imp: _Imp) -> tuple[Any, ...]:
     )  # fmt: skip
 
 
-def _publisher(publisher: _Publisher | None) -> tuple[Any, ...] | None:
+def _publisher(publisher: Publisher | None) -> tuple[Any, ...] | None:
     return None if publisher is None else (publisher.id, publisher.domain)
 
 
-def _site(site: _Site) -> tuple[Any, ...]:
+def _site(site: Site) -> tuple[Any, ...]:
     return (
         site.id, site.domain, site.page, _publisher(site.publisher),
         () if site.cat is None else tuple(site.cat),
@@ -270,7 +140,7 @@ def _site(site: _Site) -> tuple[Any, ...]:
     )  # fmt: skip
 
 
-def _app(app: _App) -> tuple[Any, ...]:
+def _app(app: App) -> tuple[Any, ...]:
     return (
         app.id, app.domain, app.bundle, _publisher(app.publisher),
         () if app.cat is None else tuple(app.cat),
@@ -279,13 +149,13 @@ def _app(app: _App) -> tuple[Any, ...]:
     )  # fmt: skip
 
 
-def _geo(geo: _Geo | None) -> tuple[Any, ...] | None:
+def _geo(geo: Geo | None) -> tuple[Any, ...] | None:
     if geo is None:
         return None
     return (geo.country, geo.region, geo.city, geo.lat, geo.lon)
 
 
-def _device(device: _Device) -> tuple[Any, ...]:
+def _device(device: Device) -> tuple[Any, ...]:
     js = device.js
     return (
         device.ua, device.devicetype, device.os, device.osv, device.make, device.model,
@@ -296,11 +166,11 @@ def _device(device: _Device) -> tuple[Any, ...]:
     )  # fmt: skip
 
 
-def _user(user: _User) -> tuple[Any, ...]:
+def _user(user: User) -> tuple[Any, ...]:
     return (user.id is not None, user.buyeruid is not None, user.yob, user.gender, _geo(user.geo))
 
 
-def _regs(regs: _Regs | None, user: _User | None) -> tuple[Any, ...]:
+def _regs(regs: Regs | None, user: User | None) -> tuple[Any, ...]:
     """The 2.6 fields, else the 2.5 ``ext`` ones, as the validator reads them."""
     consent = None
     if user is not None:
