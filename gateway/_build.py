@@ -38,6 +38,8 @@ HOT_PATH = (
     # The sidecar's per-request path: its HTTP server and its handler.
     "gateway/_server/http.py",
     "gateway/sidecar/_app.py",
+    # The RTB filter's per-request decoding (its msgspec structs stay plain Python).
+    "gateway/rtb/_typed.py",
 )
 
 
