@@ -38,8 +38,11 @@ HOT_PATH = (
     # The sidecar's per-request path: its HTTP server and its handler.
     "gateway/_server/http.py",
     "gateway/sidecar/_app.py",
-    # The RTB filter's per-request decoding (its msgspec structs stay plain Python).
+    # The RTB filter's per-request path: decoding (its msgspec structs stay plain
+    # Python), the micro-batcher and the filter (its policy, a config section, too).
     "gateway/rtb/_typed.py",
+    "gateway/rtb/_batcher.py",
+    "gateway/rtb/filter.py",
 )
 
 

@@ -1,3 +1,6 @@
+# Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py); an editable install runs it
+# as plain Python. Keep it compilable: no async generators, no monkeypatching of its classes,
+# re-check attributes narrowed before an await. A compiled install needs a rebuild after edits.
 """The RTB pre-filter: score bid requests in micro-batches, keep or drop them.
 
     bid_filter = BidFilter(gateway, "bid-filter")      # gateway: any Scorer
