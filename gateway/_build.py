@@ -38,8 +38,9 @@ HOT_PATH = (
     # The sidecar's per-request path: its HTTP server and its handler.
     "gateway/_server/http.py",
     "gateway/sidecar/_app.py",
-    # The RTB filter's per-request path: decoding (its msgspec structs stay plain
-    # Python), the micro-batcher and the filter (its policy, a config section, too).
+    # The RTB filter's per-request path: decoding, the micro-batcher and the filter.
+    # Its msgspec structs (_structs.py) and its policy (policy.py, a config section)
+    # stay plain Python: both need the class annotations a compiled class drops.
     "gateway/rtb/_typed.py",
     "gateway/rtb/_batcher.py",
     "gateway/rtb/filter.py",

@@ -34,16 +34,15 @@ from gateway.rtb.features import (
     load_bundled_spec,
 )
 from gateway.rtb.filter import (
-    SEGMENT_DIMENSIONS,
     BidFilter,
     Decision,
-    FilterPolicy,
     FilterStats,
     InProcessResult,
     InProcessScorer,
     Reason,
     Scorer,
 )
+from gateway.rtb.policy import SEGMENT_DIMENSIONS, FilterPolicy
 from gateway.rtb.request import (
     DEFAULT_MAX_REQUEST_BYTES,
     App,

@@ -43,15 +43,13 @@ from typing import Any, Final, Protocol
 from cache import Entry, PredictionCacheProtocol
 from gateway.rtb._batcher import Batch, BatchCounters, MicroBatcher
 from gateway.rtb.features import FeatureSpec, load_bundled_spec
-from gateway.rtb.policy import SEGMENT_DIMENSIONS, FilterPolicy
+from gateway.rtb.policy import FilterPolicy
 from gateway.rtb.request import BidRequest, parse_record, record_index, record_view
 from gateway.rtb.xgb import BUNDLED_MODEL_PATH, XGBoostModel
 
 __all__ = [
-    "SEGMENT_DIMENSIONS",
     "BidFilter",
     "Decision",
-    "FilterPolicy",
     "FilterStats",
     "InProcessResult",
     "InProcessScorer",

@@ -14,7 +14,7 @@ import pytest
 from gateway import Gateway, errors
 from gateway.emulator import Emulator, EmulatorConfig
 from routing import TargetHealth
-from tests.gateway.conftest import source_of
+from tests.gateway.conftest import server_task
 
 FAST = {"latency": {"base_ms": 1.0}}
 
@@ -206,11 +206,7 @@ async def test_the_deadline_bounds_the_call_and_leaves_nothing_running(
 
 def _client_side(tasks: set[asyncio.Task[Any]]) -> set[asyncio.Task[Any]]:
     # The emulator runs in this loop too; its own tasks are not the call's.
-    def server_side(task: asyncio.Task[Any]) -> bool:
-        filename = source_of(task)
-        return "_server/http.py" in filename or "emulator" in filename
-
-    return {task for task in tasks if not server_side(task)}
+    return {task for task in tasks if not server_task(task)}
 
 
 async def test_cancelling_a_call_never_counts_against_the_target(emulator: Emulator) -> None:
