@@ -151,7 +151,10 @@ BY_ACTION = {operation.action: operation for operation in operations().values()}
 
 # InvokeEndpoint's optional x-amzn-sagemaker-* request headers: keyword -> header, sorted.
 INVOKE_HEADERS: tuple[tuple[str, str], ...] = INVOKE.header_keywords()
-MAX_ASYNC_BODY_BYTES = INVOKE_ASYNC.by_name["Body"].max_length or 128_000
+# InvokeEndpointAsync's inline Body joined botocore's model in 1.43.29; older models (awscli v1
+# pins one) lack it, and the service still takes up to 128,000 bytes inline.
+_ASYNC_BODY = INVOKE_ASYNC.by_name.get("Body")
+MAX_ASYNC_BODY_BYTES = (_ASYNC_BODY.max_length if _ASYNC_BODY else None) or 128_000
 
 
 def check_value(member: Member, value: str) -> str:

@@ -14,7 +14,14 @@ from typing import Any
 
 import orjson
 
-from gateway._api import INVOKE, INVOKE_ASYNC, INVOKE_STREAM, Member, Operation
+from gateway._api import (
+    INVOKE,
+    INVOKE_ASYNC,
+    INVOKE_STREAM,
+    MAX_ASYNC_BODY_BYTES,
+    Member,
+    Operation,
+)
 from gateway._aws.eventstream import encode_payload_part, model_stream_error
 from gateway._server.http import AbortConnection, Request, Response, StreamingResponse
 from gateway.emulator._auth import SignatureVerifier
@@ -36,7 +43,6 @@ _SESSION_TTL_S = 20 * 60
 CLOSE_SESSION = "close-session"
 # Requests kept for inspection (``recorded``, ``GET /_emulator/requests``).
 _RECORDED = 256
-_MAX_ASYNC_BODY = INVOKE_ASYNC.by_name["Body"].max_length or 128_000
 _STREAM_CONTENT_TYPE = "application/vnd.amazon.eventstream"
 
 _INJECTED_MESSAGES = {
@@ -389,10 +395,10 @@ class EmulatorService:
         headers = request.headers
         if not headers.get("x-amzn-sagemaker-inputlocation") and not request.body:
             raise SageMakerError("ValidationError", "InputLocation or Body is required.")
-        if len(request.body) > _MAX_ASYNC_BODY:
+        if len(request.body) > MAX_ASYNC_BODY_BYTES:
             raise SageMakerError(
                 "ValidationError",
-                f"Body of {len(request.body)} bytes exceeds the limit of {_MAX_ASYNC_BODY}.",
+                f"Body of {len(request.body)} bytes exceeds the limit of {MAX_ASYNC_BODY_BYTES}.",
             )
         inference_id = headers.get("x-amzn-sagemaker-inference-id") or str(uuid.uuid4())
         self.stats.async_invocations[endpoint_name] += 1

@@ -5,6 +5,10 @@ of it is supported by Gateway, the sidecar and the emulator; bad input is refuse
 from __future__ import annotations
 
 import ast
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import botocore.session
@@ -246,3 +250,53 @@ async def test_a_session_closes_with_closed_session_id(
         assert closed.closed_session_id == session
         with pytest.raises(errors.ValidationError, match="not found or has expired"):
             await gateway.invoke("echo", b"x", session_id=session)
+
+
+_OLD_MODEL_SCRIPT = """
+import asyncio
+from gateway import Gateway, errors
+from gateway._api import INVOKE_ASYNC
+from gateway.emulator import Emulator, EmulatorConfig
+
+assert "Body" not in INVOKE_ASYNC.by_name, "the older model was not loaded"
+
+async def main() -> None:
+    config = {"auth": {"credentials": {"AKIDOLD": "old-secret"}}, "endpoints": {"echo": {}}}
+    async with Emulator(EmulatorConfig.from_dict(config)) as emulator:
+        gateway = Gateway(
+            "us-east-1", endpoint_url=emulator.url, credentials=("AKIDOLD", "old-secret")
+        )
+        async with gateway:
+            try:
+                await gateway.invoke_async("echo", body=b"x" * 128_001)
+            except errors.InvalidRequest as refused:
+                print("refused:", refused)
+            answer = await gateway.invoke_async("echo", body=b"inline", filename="o.json")
+            print("queued:", answer.output_location)
+        print("sent:", emulator.recorded[-1].body)
+
+asyncio.run(main())
+"""
+
+
+def test_a_botocore_model_without_async_body_still_imports_and_sends_it(tmp_path: Path) -> None:
+    """botocore before 1.43.29 (awscli v1 pins one) has no inline Body on InvokeEndpointAsync."""
+    loader = botocore.session.get_session().get_component("data_loader")
+    model = loader.load_service_model("sagemaker-runtime", "service-2")
+    del model["shapes"]["InvokeEndpointAsyncInput"]["members"]["Body"]
+    folder = tmp_path / "sagemaker-runtime" / model["metadata"]["apiVersion"]
+    folder.mkdir(parents=True)
+    (folder / "service-2.json").write_text(json.dumps(model))
+    env = {**os.environ, "AWS_DATA_PATH": str(tmp_path)}
+    ran = subprocess.run(
+        [sys.executable, "-c", _OLD_MODEL_SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "refused: Body: 128001 bytes exceeds InvokeEndpointAsync's limit of 128000" in ran.stdout
+    assert "queued: " in ran.stdout and ran.stdout.count("/echo/o.json") == 1
+    assert "sent: b'inline'" in ran.stdout
