@@ -15,6 +15,7 @@ have. So valid requests take the fast path, and errors read as before.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Final
 
 import msgspec
@@ -38,6 +39,7 @@ _KIND_SETS: Final = tuple(
     tuple(kind for bit, kind in zip((8, 4, 2, 1), _KINDS, strict=True) if mask & bit)
     for mask in range(16)
 )
+_SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD]")
 _NO_REGS_RECORD: Final[tuple[Any, ...]] = (False, None, None, None, None, ())
 
 
@@ -47,10 +49,11 @@ class NotTyped(Exception):
 
 def decode_record(data: bytes | bytearray | memoryview | str) -> tuple[Any, ...]:
     """The record of a valid bid request; ``NotTyped`` for anything else."""
-    if type(data) is not bytes or (b"\\u" in data and (b"\\ud" in data or b"\\uD" in data)):
+    if type(data) is not bytes or (b"\\" in data and _SURROGATE_ESCAPE.search(data)):
         # msgspec skips unknown fields without checking escaped surrogates,
         # which orjson refuses when lone: such rare bodies take the slow path.
-        # So do other input types (bytearray, memoryview, str).
+        # So do other input types (bytearray, memoryview, str). A one-byte
+        # search is memchr; CPython's two-byte ``in`` walks ~1 us a kilobyte.
         raise NotTyped
     if not data.isascii():
         # Nor does it check the UTF-8 of skipped strings: check it here (an

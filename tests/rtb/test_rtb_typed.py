@@ -72,6 +72,21 @@ def test_an_escaped_surrogate_pair_is_valid_and_declined_to_the_validators() -> 
     assert parse_record(body) == validated_record(body)
 
 
+@pytest.mark.parametrize(
+    ("escaped", "path"),
+    [
+        (b"https:\\/\\/example.com\\/a", "typed"),  # exchanges escape slashes
+        (b"tab\\there \\u00e9 \\\\", "typed"),
+        (b"\\uD83D\\uDE00", "declined"),  # surrogates, upper case
+        (b"\\ud83d\\ude00", "declined"),
+    ],
+)
+def test_escapes_other_than_surrogates_keep_the_typed_path(escaped: bytes, path: str) -> None:
+    body = b'{"id": "r", "imp": [{"id": "1", "banner": {}}], "site": {"page": "' + escaped + b'"}}'
+    assert agree_or_decline(body) == path
+    assert parse_record(body) == validated_record(body)
+
+
 DEEP = b'{"id": "r", "imp": [{"id": "1", "banner": {}}], "x": ' + b"[" * 2000 + b"]" * 2000 + b"}"
 INVALID: list[tuple[bytes, str]] = [
     (b"{not json", "not JSON"),
