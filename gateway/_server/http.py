@@ -60,17 +60,49 @@ class UnsafeHeader(ValueError):
     """A response header name or value holds CR, LF or NUL: never written."""
 
 
-@dataclass(slots=True)
 class Request:
-    method: str
-    path: str  # as received: still percent-encoded, without the query
-    query: str  # the text after '?', or ""
-    headers: dict[str, str]  # lower-case names; repeated names joined with ","
-    header_pairs: list[tuple[str, str]]  # lower-case names, in arrival order
-    body: bytes
-    client: tuple[str, int] | None
-    http_version: str = "1.1"
-    keep_alive: bool = True
+    """One parsed request, as the handler sees it.
+
+    A plain class rather than a dataclass: compiled, it is a native class
+    built without a Python-level ``__init__`` (one per request).
+    """
+
+    __slots__ = (
+        "body",
+        "client",
+        "header_pairs",
+        "headers",
+        "http_version",
+        "keep_alive",
+        "method",
+        "path",
+        "query",
+    )
+
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        query: str,
+        headers: dict[str, str],
+        header_pairs: list[tuple[str, str]],
+        body: bytes,
+        client: tuple[str, int] | None,
+        http_version: str = "1.1",
+        keep_alive: bool = True,
+    ) -> None:
+        self.method = method
+        self.path = path  # as received: still percent-encoded, without the query
+        self.query = query  # the text after '?', or ""
+        self.headers = headers  # lower-case names; repeated names joined with ","
+        self.header_pairs = header_pairs  # lower-case names, in arrival order
+        self.body = body
+        self.client = client
+        self.http_version = http_version
+        self.keep_alive = keep_alive
+
+    def __repr__(self) -> str:
+        return f"Request({self.method} {self.path}, {len(self.body)} bytes)"
 
 
 class Response:
@@ -547,7 +579,6 @@ class _Connection:
         body = parts[0] if len(parts) == 1 else b"".join(parts)
         raw_method = parser.get_method()
         method = _METHODS.get(raw_method) or raw_method.decode("ascii")
-        # Positional: the dataclass __init__ binds them faster than keywords.
         return Request(
             method,
             path,
