@@ -90,11 +90,49 @@ class Reason(enum.Enum):
     SHADOW = "shadow"  # below threshold, kept because the filter only observes
 
 
-@dataclass(frozen=True, slots=True)
 class Decision:
-    keep: bool
-    score: float | None
-    reason: Reason
+    """What the filter decided for one bid request. Immutable; equal by value.
+
+    A plain class with read-only properties rather than a frozen dataclass:
+    compiled, it is built natively (one per request), where a frozen
+    dataclass's ``__init__`` is Python that sets each field through
+    ``object.__setattr__``, about seven times slower.
+    """
+
+    __slots__ = ("_keep", "_reason", "_score")
+    __match_args__ = ("keep", "score", "reason")
+
+    def __init__(self, keep: bool, score: float | None, reason: Reason) -> None:
+        self._keep = keep
+        self._score = score
+        self._reason = reason
+
+    @property
+    def keep(self) -> bool:
+        return self._keep
+
+    @property
+    def score(self) -> float | None:
+        return self._score
+
+    @property
+    def reason(self) -> Reason:
+        return self._reason
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Decision):
+            return NotImplemented
+        return (self._keep, self._score, self._reason) == (
+            other._keep,
+            other._score,
+            other._reason,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self._keep, self._score, self._reason))
+
+    def __repr__(self) -> str:
+        return f"Decision(keep={self._keep!r}, score={self._score!r}, reason={self._reason!r})"
 
 
 _FAILED_OPEN: Final = Decision(True, None, Reason.FAILED_OPEN)

@@ -10,6 +10,7 @@ import pytest
 
 from gateway.rtb import (
     BidFilter,
+    Decision,
     Feature,
     FeatureSpec,
     FilterPolicy,
@@ -306,3 +307,21 @@ async def test_bundled_model_end_to_end_in_process() -> None:
     assert all(d.score is not None and 0.0 < d.score < 1.0 for d in decisions)
     assert {d.reason for d in decisions} <= {Reason.SCORED_KEEP, Reason.SCORED_DROP}
     assert scorer.calls == bid_filter.stats.batches
+
+
+def test_a_decision_is_an_immutable_value() -> None:
+    decision = Decision(False, 0.125, Reason.SCORED_DROP)
+    assert (decision.keep, decision.score, decision.reason) == (False, 0.125, Reason.SCORED_DROP)
+    assert decision == Decision(False, 0.125, Reason.SCORED_DROP)
+    assert decision != Decision(True, 0.125, Reason.EXPLORED)
+    assert len({decision, Decision(False, 0.125, Reason.SCORED_DROP)}) == 1
+    assert repr(decision) == (
+        "Decision(keep=False, score=0.125, reason=<Reason.SCORED_DROP: 'scored_drop'>)"
+    )
+    with pytest.raises(AttributeError):
+        decision.keep = True  # type: ignore[misc]
+    match decision:
+        case Decision(False, score, Reason.SCORED_DROP):
+            assert score == 0.125
+        case _:
+            pytest.fail("positional pattern did not match")
