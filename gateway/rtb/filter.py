@@ -38,7 +38,7 @@ import math
 import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, ClassVar, Final, Protocol
 
 from cache import Entry, PredictionCacheProtocol
 from gateway.rtb._batcher import Batch, BatchCounters, MicroBatcher
@@ -100,7 +100,8 @@ class Decision:
     """
 
     __slots__ = ("_keep", "_reason", "_score")
-    __match_args__ = ("keep", "score", "reason")
+    # ClassVar: compiled, a bare class attribute would become a slot.
+    __match_args__: ClassVar[tuple[str, ...]] = ("keep", "score", "reason")
 
     def __init__(self, keep: bool, score: float | None, reason: Reason) -> None:
         self._keep = keep
