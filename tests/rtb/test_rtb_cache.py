@@ -74,9 +74,10 @@ def namespace() -> str:
 
 
 def gateway(emulator: Emulator, **cache: Any) -> Gateway:
-    # A generous Redis deadline: these tests count hits, and a busy machine
-    # must not turn a slow MGET into a miss.
+    # Generous Redis deadlines: these tests count hits, and a busy machine
+    # must not turn a slow connect or MGET into a miss (the circuit opens).
     cache.setdefault("redis_socket_timeout_ms", 2000.0)
+    cache.setdefault("redis_connect_timeout_ms", 2000.0)
     return Gateway("us-east-1", endpoint_url=emulator.url, credentials=("AK", "SK"), cache=cache)
 
 
