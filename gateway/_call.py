@@ -41,6 +41,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
@@ -72,7 +73,7 @@ from gateway._http.request import PreparedRequest
 from gateway._targets import TargetPlan, Targets
 from routing import Outcome, Route, TargetState
 
-__all__ = ["CallSpec", "Invoker", "record"]
+__all__ = ["CallSpec", "Invoker", "new_event", "record"]
 
 _SUCCESS = Outcome.SUCCESS
 _FAILURE = Outcome.FAILURE
@@ -120,6 +121,11 @@ def _prepared(
         body,
         payload_hash,
     )
+
+
+# Builds an event (a NamedTuple) in C: from compiled code, calling the class
+# runs its Python-level __new__, which costs about 60% more.
+new_event: Final = tuple.__new__
 
 
 class _Race:
@@ -181,7 +187,8 @@ def emit_attempt(
 ) -> None:
     outcome = attempt_outcome(error)
     code = code_of(error) if outcome == FAILED and error is not None else None
-    emit(AttemptFinished(route, target, endpoint, kind, outcome, time.monotonic() - started, code))
+    duration = time.monotonic() - started
+    emit(new_event(AttemptFinished, (route, target, endpoint, kind, outcome, duration, code)))
     if kind == HEDGE and outcome == LOST:
         emit(HedgeLost(route, target))
 

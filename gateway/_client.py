@@ -44,7 +44,7 @@ from gateway._api import (
 )
 from gateway._aws.sigv4 import Credentials, SigV4Signer
 from gateway._cached import CachedCalls
-from gateway._call import Invoker, code_of
+from gateway._call import Invoker, code_of, new_event
 from gateway._config import GatewayConfig, PoolConfig
 from gateway._credentials import CredentialSource
 from gateway._events import (
@@ -419,7 +419,7 @@ class Gateway:
         cached: bool,
     ) -> InvokeResult:
         """One call between CallStarted and CallFinished (only when a hook listens)."""
-        emit(CallStarted(route, model))
+        emit(new_event(CallStarted, (route, model)))
         started = time.monotonic()
         try:
             result = await call
@@ -430,15 +430,18 @@ class Gateway:
         if cached:
             emit(CacheLookup(route, result.cache or "miss"))
         emit(
-            CallFinished(
-                route,
-                model,
-                result.target,
-                time.monotonic() - started,
-                result.attempts,
-                result.hedged,
-                result.cache,
-                None,
+            new_event(
+                CallFinished,
+                (
+                    route,
+                    model,
+                    result.target,
+                    time.monotonic() - started,
+                    result.attempts,
+                    result.hedged,
+                    result.cache,
+                    None,
+                ),
             )
         )
         return result
