@@ -5,7 +5,7 @@
 
 msgspec decodes the JSON straight into the structs of ``_structs``, checking every
 type on the way and skipping unknown fields without building them; Python
-then only assembles the record from the structs' attributes. The structs
+then only assembles the record from the structs' values. The structs
 accept exactly what ``request``'s validators accept, or less: whatever they
 refuse (any type error, and the few rules a struct cannot express: an
 impression without a format, site and app together) goes to the validators,
@@ -76,6 +76,7 @@ def decode_record(data: bytes | bytearray | memoryview | str) -> tuple[Any, ...]
     ) = _fields(root)  # fmt: skip
     if site is not None and app is not None:
         raise NotTyped
+    user_record, consent = (None, None) if user is None else _user(user)
     imp_records = (_imp(imps[0]),) if len(imps) == 1 else tuple([_imp(imp) for imp in imps])
     has_schain = source is not None and (
         source.schain is not None or (source.ext is not None and source.ext.schain is not None)
@@ -86,8 +87,8 @@ def decode_record(data: bytes | bytearray | memoryview | str) -> tuple[Any, ...]
         None if site is None else _inventory(site),
         None if app is None else _inventory(app),
         None if device is None else _device(device),
-        None if user is None else _user(user),
-        _regs(regs, user),
+        user_record,
+        _regs(regs, consent),
         has_schain,
         tmax,
         2 if at is None else at,
@@ -157,18 +158,16 @@ def _device(device: Device) -> tuple[Any, ...]:
     )  # fmt: skip
 
 
-def _user(user: User) -> tuple[Any, ...]:
-    user_id, buyeruid, yob, gender, geo, _consent, _ext = _fields(user)
-    return (user_id is not None, buyeruid is not None, yob, gender, _geo(geo))
+def _user(user: User) -> tuple[tuple[Any, ...], str | None]:
+    """The user's record, and its consent string: 2.6's field, else 2.5's ``ext``."""
+    user_id, buyeruid, yob, gender, geo, consent, ext = _fields(user)
+    if consent is None and ext is not None:
+        consent = ext.consent
+    return (user_id is not None, buyeruid is not None, yob, gender, _geo(geo)), consent
 
 
-def _regs(regs: Regs | None, user: User | None) -> tuple[Any, ...]:
+def _regs(regs: Regs | None, consent: str | None) -> tuple[Any, ...]:
     """The 2.6 fields, else the 2.5 ``ext`` ones, as the validator reads them."""
-    consent = None
-    if user is not None:
-        consent = user.consent
-        if consent is None and user.ext is not None:
-            consent = user.ext.consent
     if regs is None:
         return _NO_REGS_RECORD if consent is None else (False, None, consent, None, None, ())
     gdpr, us_privacy, gpp, gpp_sid_list, coppa, ext = _fields(regs)
