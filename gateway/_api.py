@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import botocore.session
 import orjson
@@ -313,7 +313,7 @@ def check_payload(body: bytes) -> None:
 
 
 # Response headers InvokeResult exposes, by the raw lower-case name.
-_RESULT_FIELDS = {
+_RESULT_FIELDS: Final = {
     b"content-type": "content_type",
     b"x-amzn-invoked-production-variant": "invoked_variant",
     b"x-amzn-sagemaker-custom-attributes": "custom_attributes",
@@ -323,6 +323,7 @@ _RESULT_FIELDS = {
 }
 _FIELD_NAMES = tuple(_RESULT_FIELDS.values())
 _NO_FIELDS = (None,) * len(_FIELD_NAMES)
+_FOLD_STARTS: Final = (32, 9)  # space, tab: a line starting with one continues the last
 
 
 class InvokeResult:
@@ -421,6 +422,37 @@ class InvokeResult:
     def headers(self) -> Mapping[str, str]:
         """Every response header, lower-case names (empty for cached answers)."""
         return headers_from_raw(self._raw) if self._raw is not None else {}
+
+    def field_lines(self) -> bytes | None:
+        """The fields' header lines exactly as the upstream sent them, each ending in CRLF.
+
+        For a relay (the sidecar) that answers with the same fields: it copies
+        these bytes instead of decoding each field and encoding it again. They
+        are safe to copy into another head: None where copying could differ
+        from reading the fields or could smuggle a line, namely no received
+        head (a cached answer), a bare CR or LF, a NUL, a folded line, or a
+        field sent twice (reading keeps the last).
+        """
+        raw = self._raw
+        if raw is None:
+            return None
+        lines = raw.split(b"\r\n")
+        if raw.count(b"\n") != len(lines) - 1:
+            return None  # a line ended by a bare LF: a field may hide behind it
+        kept: list[bytes] = []
+        names: list[bytes] = []
+        for line in lines[1:]:  # after the status line
+            name = line.partition(b":")[0].lower()
+            if name in _RESULT_FIELDS:
+                # Ints, not b"\r": a one-byte bytes operand costs a buffer acquisition.
+                if name in names or 13 in line or 0 in line:
+                    return None
+                names.append(name)
+                kept.append(line)
+            elif not line or line[0] in _FOLD_STARTS:
+                return None  # an empty line cannot be in a head; a folded one continues the last
+        kept.append(b"")
+        return b"\r\n".join(kept)
 
     def _public(self) -> tuple[object, ...]:
         fields = tuple(self._field(name) for name in _FIELD_NAMES)

@@ -106,16 +106,28 @@ class Request:
 
 
 class Response:
-    """A complete response. The server adds Content-Length, Date, Connection."""
+    """A complete response. The server adds Content-Length, Date, Connection.
 
-    __slots__ = ("body", "headers", "status")
+    ``head_lines`` are header lines already encoded, each ending in CRLF, sent
+    before ``headers``: a relay copies an upstream's lines there unchanged.
+    Unlike ``headers`` they are sent unchecked, so whoever builds them checks
+    them (``InvokeResult.field_lines`` does: no bare CR or LF, no NUL, no
+    folded line).
+    """
+
+    __slots__ = ("body", "head_lines", "headers", "status")
 
     def __init__(
-        self, status: int = 200, headers: Sequence[tuple[str, str]] = (), body: bytes = b""
+        self,
+        status: int = 200,
+        headers: Sequence[tuple[str, str]] = (),
+        body: bytes = b"",
+        head_lines: bytes = b"",
     ) -> None:
         self.status = status
         self.headers = headers
         self.body = body
+        self.head_lines = head_lines
 
 
 class StreamingResponse:
@@ -219,8 +231,19 @@ def _header_block(headers: Sequence[tuple[str, str]]) -> str:
 
 
 def _encode_head(
-    status: int, headers: Sequence[tuple[str, str]], framing: str, server_line: str
+    status: int,
+    headers: Sequence[tuple[str, str]],
+    framing: str,
+    server_line: str,
+    head_lines: bytes = b"",
 ) -> bytes:
+    if head_lines:
+        rest = f"{_header_block(headers)}{_date.line()}{server_line}{framing}"
+        return b"%b%b%b" % (
+            _status_line(status).encode("latin-1"),
+            head_lines,
+            rest.encode("latin-1"),
+        )
     text = f"{_status_line(status)}{_header_block(headers)}{_date.line()}{server_line}{framing}"
     return text.encode("latin-1")
 
@@ -748,7 +771,13 @@ class _Connection:
         framing = "" if bodiless else f"content-length: {len(body)}\r\n"
         if not keep_alive:
             framing += "connection: close\r\n"
-        head = _encode_head(status, response.headers, framing + "\r\n", self._server.server_line)
+        head = _encode_head(
+            status,
+            response.headers,
+            framing + "\r\n",
+            self._server.server_line,
+            response.head_lines,
+        )
         if request.method == "HEAD" or bodiless:
             return head
         return head + body

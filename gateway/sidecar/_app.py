@@ -193,9 +193,7 @@ class SidecarApp:
                 # Inline, not a method: one coroutine less on every invocation.
                 kwargs = self._arguments(request.headers, _INVOKE_ARGS)
                 result = await self._gw.invoke(name, request.body, **kwargs)
-                response: Response | StreamingResponse = Response(
-                    200, _result_headers(result), result.body
-                )
+                response: Response | StreamingResponse = _result_response(result)
             elif operation == _STREAM:
                 response = await self._stream(request, name)
             else:
@@ -337,6 +335,18 @@ class SidecarApp:
             if unhealthy:
                 return Response(503, (_JSON,), orjson.dumps({"unhealthy_routes": unhealthy}))
         return Response(200, (_JSON,), b'{"status":"ok"}')
+
+
+def _result_response(result: InvokeResult) -> Response:
+    """InvokeEndpoint's answer: the upstream's field lines copied where they can be."""
+    lines = result.field_lines()
+    if lines is None:
+        return Response(200, _result_headers(result), result.body)
+    if b"x-amzn-requestid:" not in lines.lower():
+        lines += b"x-amzn-RequestId: %b\r\n" % new_request_id().encode()
+    cache = result.cache
+    headers = () if cache is None else (("x-gateway-cache", cache),)
+    return Response(200, headers, result.body, lines)
 
 
 def _result_headers(result: InvokeResult) -> list[tuple[str, str]]:

@@ -13,8 +13,9 @@ import time
 import pytest
 
 from gateway import errors
+from gateway._api import InvokeResult, result_from_response
 from gateway._http.connection import MAX_HEAD_BYTES, MAX_HEADERS
-from gateway._http.message import split_head
+from gateway._http.message import RawResponse, split_head
 from tests.gateway.conftest import StubRequest, StubServer, TransportFactory, prepared, settle
 
 
@@ -78,3 +79,74 @@ def test_split_head_pairs_values_and_folds() -> None:
     ]
     assert split_head(b"HTTP/1.1 204 No Content") == []
     assert split_head(b"HTTP/1.1 200 OK\nx-a: 1\nx-b: 2") == [(b"x-a", b"1"), (b"x-b", b"2")]
+
+
+_FIELDS = (
+    "content_type",
+    "invoked_variant",
+    "custom_attributes",
+    "request_id",
+    "new_session_id",
+    "closed_session_id",
+)
+
+
+def _result(head: bytes) -> InvokeResult:
+    return result_from_response(RawResponse(200, None, b"{}", head), target=None)
+
+
+def _fields(result: InvokeResult) -> dict[str, str | None]:
+    return {name: getattr(result, name) for name in _FIELDS}
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            b"x-Amzn-Invoked-Production-Variant: AllTraffic\r\n"
+            b"x-amzn-RequestId: 5a6c0e2e-3b1f-4c55-9f3e-2d6a7b8c9d0e\r\n"
+            b"Date: Tue, 24 Nov 2026 05:00:00 GMT\r\nContent-Length: 2",
+            id="sagemaker-like",
+        ),
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\nCONTENT-TYPE:text/csv\r\n"
+            b"X-AMZN-SAGEMAKER-CUSTOM-ATTRIBUTES:  a=b; c=d  \r\n"
+            b"x-amzn-sagemaker-new-session-id: s-1; Expires=2026-11-24T06:00:00Z\r\n"
+            b"x-amzn-sagemaker-closed-session-id: s-0",
+            id="odd-case-and-spacing",
+        ),
+        pytest.param(b"HTTP/1.1 200 OK\r\nServer: x\r\nContent-Length: 2", id="no-fields"),
+        pytest.param(b"HTTP/1.1 200 OK", id="no-headers"),
+    ],
+)
+def test_field_lines_say_what_the_fields_say(head: bytes) -> None:
+    """Lines a relay copies carry exactly the fields a reader of the result sees."""
+    lines = _result(head).field_lines()
+    assert lines is not None
+    assert lines == b"" or (lines.endswith(b"\r\n") and b"\r\n\r\n" not in lines)
+    relayed = _result(b"HTTP/1.1 200 OK\r\n" + lines.removesuffix(b"\r\n"))
+    assert _fields(relayed) == _fields(_result(head))
+    assert b"Date" not in lines and b"Content-Length" not in lines and b"Server" not in lines
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        pytest.param(b"HTTP/1.1 200 OK\nx-amzn-RequestId: r\ncontent-type: a/b", id="bare-lf"),
+        pytest.param(b"HTTP/1.1 200 OK\r\nx-a: 1\ncontent-type: a/b", id="one-bare-lf"),
+        pytest.param(b"HTTP/1.1 200 OK\r\ncontent-type: a/b\rx-evil: 1", id="bare-cr"),
+        pytest.param(b"HTTP/1.1 200 OK\r\ncontent-type: a\x00b", id="nul"),
+        pytest.param(b"HTTP/1.1 200 OK\r\ncontent-type: a/b\r\n  ;q=1", id="folded"),
+        pytest.param(b"HTTP/1.1 200 OK\r\ncontent-type: a/b\r\nContent-Type: c/d", id="twice"),
+    ],
+)
+def test_field_lines_are_refused_where_copying_would_differ(head: bytes) -> None:
+    """The relay falls back to reading the fields: it never copies a line it cannot vouch for."""
+    assert _result(head).field_lines() is None
+
+
+def test_a_cached_answer_has_no_field_lines() -> None:
+    cached = InvokeResult.from_fields(b"1", {"content_type": "text/csv"}, None, "hit")
+    assert cached.field_lines() is None
+    assert cached.content_type == "text/csv"

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError, EventStreamError
 
+from gateway import Gateway
 from gateway.emulator import Emulator
 from gateway.sidecar import Sidecar
 from tests.sidecar.conftest import ClientFactory
@@ -201,3 +202,96 @@ async def test_client_error_shape_is_complete(
     # The upstream's request id, not one the sidecar made up.
     assert len(metadata["RequestId"]) == 36
     assert metadata["HTTPStatusCode"] == 503
+
+
+class _RawUpstream:
+    """An upstream that answers each connection's one request with ``head`` and ``{}``."""
+
+    def __init__(self, head: bytes) -> None:
+        self.head = head
+        self.writers: list[asyncio.StreamWriter] = []
+
+    async def answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.writers.append(writer)
+        try:
+            request_head = await reader.readuntil(b"\r\n\r\n")
+            length = next(
+                int(line.split(b":")[1])
+                for line in request_head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+            await reader.readexactly(length)
+            writer.write(self.head + b"\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+            await writer.drain()
+        except asyncio.IncompleteReadError:
+            pass  # a connection opened and closed unused
+        finally:
+            writer.close()
+
+
+async def _sidecar_answer_head(head: bytes) -> bytes:
+    """The head of the sidecar's answer to an invocation, ``head`` being the upstream's."""
+    upstream = _RawUpstream(head)
+    server = await asyncio.start_server(upstream.answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    gateway = Gateway(
+        region="us-east-1", endpoint_url=f"http://127.0.0.1:{port}", credentials=("AK", "SK")
+    )
+    try:
+        async with gateway, Sidecar(gateway, "127.0.0.1", 0) as sidecar:
+            reader, writer = await asyncio.open_connection(sidecar.host, sidecar.port)
+            writer.write(
+                b"POST /endpoints/e/invocations HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx"
+            )
+            answer = await reader.readuntil(b"\r\n\r\n")
+            writer.close()
+            await writer.wait_closed()
+            return answer
+    finally:
+        server.close()
+        for upstream_writer in upstream.writers:
+            upstream_writer.close()
+        await server.wait_closed()
+        await asyncio.sleep(0.01)  # the handlers see their connections end
+
+
+async def test_the_upstreams_field_lines_are_relayed_as_sent() -> None:
+    """The answer's field lines are the upstream's bytes; framing and Date are the sidecar's."""
+    fields = (
+        b"CONTENT-TYPE:text/csv\r\n"
+        b"x-amzn-invoked-production-variant: blue\r\n"
+        b"X-Amzn-SageMaker-Custom-Attributes: a=1;  b=2\r\n"
+    )
+    upstream_own = b"Server: upstream\r\nDate: Mon, 01 Jan 2001 00:00:00 GMT"
+    head = b"HTTP/1.1 200 OK\r\n" + fields + upstream_own
+
+    answer = await _sidecar_answer_head(head)
+
+    lines = answer.split(b"\r\n")
+    assert lines[0] == b"HTTP/1.1 200 OK"
+    assert fields in answer
+    assert [line for line in lines if line.lower().startswith(b"date:")] != [
+        b"Date: Mon, 01 Jan 2001 00:00:00 GMT"
+    ]
+    assert b"upstream" not in answer
+    # No request id from the upstream: the sidecar makes one, as SageMaker always sends one.
+    request_ids = [line for line in lines if line.lower().startswith(b"x-amzn-requestid:")]
+    assert len(request_ids) == 1 and len(request_ids[0].split(b":")[1].strip()) == 36
+    assert answer.lower().count(b"content-length:") == 1
+
+
+async def test_a_field_sent_twice_is_relayed_once() -> None:
+    """A head the sidecar cannot copy line for line is read and re-encoded instead."""
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/csv\r\n"
+        b"X-Amzn-SageMaker-Custom-Attributes: a=1\r\nx-amzn-RequestId: r-1\r\n"
+        b"X-Amzn-SageMaker-Custom-Attributes: a=2"
+    )
+
+    answer = await _sidecar_answer_head(head)
+
+    # What the gateway's reader sees (the last), once; the rest as SageMaker spells it.
+    assert answer.lower().count(b"x-amzn-sagemaker-custom-attributes:") == 1
+    assert b"X-Amzn-SageMaker-Custom-Attributes: a=2\r\n" in answer
+    assert b"x-amzn-RequestId: r-1\r\n" in answer
+    assert b"Content-Type: text/csv\r\n" in answer
