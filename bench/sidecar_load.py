@@ -5,6 +5,7 @@
     python -m bench.sidecar_load --wrk            # also drive it with wrk, if installed
     python -m bench.sidecar_load --json           # one JSON object at the end
     python -m bench.sidecar_load --workers 2      # 1 worker vs 2 (bench.sidecar_workers)
+    python -m bench.sidecar_load --busy-poll-us 300   # the sidecar polls 300 us after requests
 
 Three processes: the stub (``bench._stub``), the sidecar (``python -m
 gateway sidecar``, single-threaded, uvloop) and this one, the load
@@ -207,13 +208,13 @@ def run_wrk(url: str, seconds: int, connections: int) -> str:
         os.unlink(file.name)
 
 
-def sidecar_config(stub_url: str) -> dict[str, Any]:
+def sidecar_config(stub_url: str, busy_poll_us: int = 0) -> dict[str, Any]:
     return {
         "region": "us-east-1",
         "endpoint_url": stub_url,
         "credentials": {"access_key_id": "AKIDBENCH", "secret_access_key": "bench-secret"},
         "pool": {"max_connections": 512, "prewarm": 4},
-        "sidecar": {"max_in_flight": 100_000},
+        "sidecar": {"max_in_flight": 100_000, "busy_poll_us": busy_poll_us},
     }
 
 
@@ -257,6 +258,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--workers", type=int, help="compare 1 sidecar worker with N (bench.sidecar_workers)"
     )
+    parser.add_argument(
+        "--busy-poll-us",
+        type=int,
+        default=0,
+        help="the sidecar's busy_poll_us (0: off): its loop polls, not sleeps, after requests",
+    )
     args = parser.parse_args(argv)
     if args.concurrency is None:
         args.concurrency = [1, 8] if args.quick else [1, 8, 32, 64, 128]
@@ -279,10 +286,17 @@ def main(argv: list[str] | None = None) -> int:
         return sidecar_workers.main(forwarded)
     with StubServer() as stub:
         sidecar = SidecarProcess.start(
-            sidecar_config(stub.url), "127.0.0.1:0", ("--log-level", "WARNING"), None
+            sidecar_config(stub.url, args.busy_poll_us),
+            "127.0.0.1:0",
+            ("--log-level", "WARNING"),
+            None,
         )
         try:
-            print(f"stub {stub.url}; sidecar {sidecar.url} (pid {sidecar.pid}, one thread, uvloop)")
+            polling = f", busy_poll_us {args.busy_poll_us}" if args.busy_poll_us else ""
+            print(
+                f"stub {stub.url}; sidecar {sidecar.url} "
+                f"(pid {sidecar.pid}, one thread, uvloop{polling})"
+            )
             print(
                 f"{'concurrency':>11} {'req/s':>9} {'p50_us':>8} {'p99_us':>8} "
                 f"{'sidecar_cpu%':>12} {'cpu_us_per_req':>15} {'errors':>6}",
@@ -291,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
             import uvloop
 
             report = uvloop.run(measure(args, stub, sidecar))
+            report["busy_poll_us"] = args.busy_poll_us
             if args.wrk:
                 report["wrk"] = _wrk_section(sidecar.url, args)
         finally:

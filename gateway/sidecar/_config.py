@@ -86,6 +86,11 @@ class SidecarConfig:
     # share of them when access_log_sample < 1).
     access_log: bool = False
     access_log_sample: float = setting(default=1.0, ge=0, le=1)
+    # After each request, keep the event loop polling its sockets instead of
+    # sleeping for this many microseconds: the next request or upstream answer
+    # skips a wake-up, at the price of a core kept busy while traffic flows.
+    # 0: off (the loop sleeps as soon as it has nothing to do).
+    busy_poll_us: int = setting(default=0, ge=0, le=1_000_000)
     # Distinct route/target/error-code label values per family kept in
     # /metrics before new ones are counted under "other".
     metrics_label_cap: int = setting(default=100, ge=1)

@@ -50,3 +50,25 @@ def test_sidecar_load_quick_output_is_well_formed() -> None:
     assert report["sidecar_adds_p50_us"] == round(
         report["sidecar_p50_us_at_1"] - report["direct_gateway_p50_us"], 1
     )
+
+
+def test_sidecar_load_runs_the_sidecar_with_busy_polling() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.sidecar_load", "--quick", "--json", "--busy-poll-us", "200"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].endswith(f"(pid {_pid(lines[0])}, one thread, uvloop, busy_poll_us 200)")
+    report = json.loads(lines[-1])
+    assert report["busy_poll_us"] == 200
+    assert [level["errors"] for level in report["levels"]] == [0, 0]
+
+
+def _pid(first_line: str) -> int:
+    found = re.search(r"\(pid (\d+),", first_line)
+    assert found is not None
+    return int(found.group(1))

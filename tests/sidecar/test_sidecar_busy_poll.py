@@ -1,0 +1,64 @@
+"""``busy_poll_us``: after a request the sidecar's loop polls instead of sleeping, for a while."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from gateway import Gateway
+from gateway.errors import ConfigError
+from gateway.sidecar import Sidecar, SidecarConfig
+
+
+def test_busy_poll_is_off_by_default_and_bounded() -> None:
+    assert SidecarConfig().busy_poll_us == 0
+    assert SidecarConfig.from_mapping({"busy_poll_us": 200}).busy_poll_us == 200
+    for bad in (-1, 1_000_001):
+        with pytest.raises(ConfigError, match="busy_poll_us"):
+            SidecarConfig.from_mapping({"busy_poll_us": bad})
+
+
+async def _cpu_share_after_a_request(gateway: Gateway, busy_poll_us: int) -> tuple[float, bool]:
+    """This process's CPU time over 0.2 s of quiet after one invocation, as a share of wall time.
+
+    Also whether the sidecar still polled once the quiet period was over.
+    """
+    config = SidecarConfig(busy_poll_us=busy_poll_us)
+    async with (
+        Sidecar(gateway, "127.0.0.1", 0, config=config) as sidecar,
+        httpx.AsyncClient(base_url=sidecar.url) as http,
+    ):
+        response = await http.post("/endpoints/echo/invocations", content=b"x")
+        assert response.status_code == 200
+        cpu, wall = time.process_time(), time.monotonic()
+        await asyncio.sleep(0.2)
+        share = (time.process_time() - cpu) / (time.monotonic() - wall)
+        busy_poll = sidecar.app.busy_poll
+        return share, busy_poll is not None and busy_poll.spinning
+
+
+async def test_the_loop_polls_through_the_window_then_sleeps(gateway: Gateway) -> None:
+    # Off: the loop sleeps while nothing happens.
+    idle_share, _ = await _cpu_share_after_a_request(gateway, 0)
+    assert idle_share < 0.2
+    # A window longer than the quiet period: the loop kept a core busy throughout.
+    polling_share, still_polling = await _cpu_share_after_a_request(gateway, 1_000_000)
+    assert polling_share > 0.5 and still_polling
+    # A window shorter than the quiet period: polling stopped once it ended.
+    _, still_polling = await _cpu_share_after_a_request(gateway, 20_000)
+    assert not still_polling
+
+
+async def test_answers_are_the_same_with_busy_polling(gateway: Gateway) -> None:
+    config = SidecarConfig(busy_poll_us=50_000)
+    async with (
+        Sidecar(gateway, "127.0.0.1", 0, config=config) as sidecar,
+        httpx.AsyncClient(base_url=sidecar.url) as http,
+    ):
+        answers = await asyncio.gather(
+            *(http.post("/endpoints/echo/invocations", content=b"%d" % n) for n in range(20))
+        )
+    assert [answer.content for answer in answers] == [b"%d" % n for n in range(20)]
