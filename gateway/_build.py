@@ -35,9 +35,10 @@ HOT_PATH = (
     "routing/_router.py",
     "routing/_stats.py",
     "routing/_target.py",
-    # The sidecar's per-request path: its HTTP server and its handler.
+    # The sidecar's per-request path: its HTTP server, its handler and its counters.
     "gateway/_server/http.py",
     "gateway/sidecar/_app.py",
+    "gateway/sidecar/_metrics.py",
     # The RTB filter's per-request path: decoding, the micro-batcher and the filter.
     # Its msgspec structs (_structs.py) and its policy (policy.py, a config section)
     # stay plain Python: both need the class annotations a compiled class drops.

@@ -1,3 +1,6 @@
+# Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py); an editable install runs it
+# as plain Python. Keep it compilable: no async generators, no monkeypatching of its classes,
+# re-check attributes narrowed before an await. A compiled install needs a rebuild after edits.
 """The sidecar's own metrics, exposed through ``prometheus_client``.
 
 The hot path only bumps plain ints in dicts (no lock, no label lookup);
@@ -169,13 +172,19 @@ def merge_expositions(texts: Iterable[str], workers: Sequence[str] | None = None
     return _render(families.values())
 
 
+class _Fixed:
+    """A collector of families already built."""
+
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families
+
+
 def _render(families: Iterable[Metric]) -> bytes:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    class _Fixed:
-        def collect(self) -> Iterable[Metric]:
-            return families
-
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Fixed())
+    registry.register(_Fixed(families))
     return bytes(generate_latest(registry))
