@@ -8,15 +8,20 @@ import subprocess
 import sys
 
 
-def test_sidecar_load_quick_output_is_well_formed() -> None:
+def _quick_run(*options: str) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
-        [sys.executable, "-m", "bench.sidecar_load", "--quick", "--json"],
+        [sys.executable, "-m", "bench.sidecar_load", "--quick", "--json", *options],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
     assert result.returncode == 0, result.stderr
+    return result
+
+
+def test_sidecar_load_quick_output_is_well_formed() -> None:
+    result = _quick_run()
     lines = result.stdout.splitlines()
     assert re.search(r"^stub http://127\.0\.0\.1:\d+; sidecar http://127\.0\.0\.1:\d+", lines[0])
     assert lines[1].split() == [
@@ -53,15 +58,7 @@ def test_sidecar_load_quick_output_is_well_formed() -> None:
 
 
 def test_sidecar_load_runs_the_sidecar_with_busy_polling() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "bench.sidecar_load", "--quick", "--json", "--busy-poll-us", "200"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
+    lines = _quick_run("--busy-poll-us", "200").stdout.splitlines()
     assert lines[0].endswith(f"(pid {_pid(lines[0])}, one thread, uvloop, busy_poll_us 200)")
     report = json.loads(lines[-1])
     assert report["busy_poll_us"] == 200
