@@ -100,12 +100,12 @@ class BusyPoll:
 
     def touch(self) -> None:
         """A request came or went: poll until ``window_s`` from now."""
-        loop = self._loop
-        if loop is None:
-            loop = self._loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
         self._until = loop.time() + self._window
-        if not self.spinning:
+        # A chain left on another loop (closed while polling) does not count.
+        if not self.spinning or self._loop is not loop:
             self.spinning = True
+            self._loop = loop
             loop.call_soon(self._spin)
 
     def _spin(self) -> None:

@@ -11,6 +11,7 @@ import pytest
 from gateway import Gateway
 from gateway.errors import ConfigError
 from gateway.sidecar import Sidecar, SidecarConfig
+from gateway.sidecar._app import BusyPoll
 
 
 def test_busy_poll_is_off_by_default_and_bounded() -> None:
@@ -62,3 +63,18 @@ async def test_answers_are_the_same_with_busy_polling(gateway: Gateway) -> None:
             *(http.post("/endpoints/echo/invocations", content=b"%d" % n) for n in range(20))
         )
     assert [answer.content for answer in answers] == [b"%d" % n for n in range(20)]
+
+
+def test_polling_starts_again_on_a_new_event_loop() -> None:
+    """A sidecar's loop closed mid-window leaves no chain behind that blocks the next loop's."""
+    busy_poll = BusyPoll(window_s=1.0)
+
+    async def cpu_share_after_touch() -> float:
+        busy_poll.touch()
+        cpu, wall = time.process_time(), time.monotonic()
+        await asyncio.sleep(0.2)
+        return (time.process_time() - cpu) / (time.monotonic() - wall)
+
+    assert asyncio.run(cpu_share_after_touch()) > 0.5
+    # The first loop closed while polling; the second polls too.
+    assert asyncio.run(cpu_share_after_touch()) > 0.5
