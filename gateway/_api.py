@@ -323,6 +323,7 @@ _RESULT_FIELDS: Final = {
 }
 _FIELD_NAMES = tuple(_RESULT_FIELDS.values())
 _NO_FIELDS = (None,) * len(_FIELD_NAMES)
+_REQUEST_ID: Final = b"x-amzn-requestid"
 _FOLD_STARTS: Final = (32, 9)  # space, tab: a line starting with one continues the last
 
 
@@ -431,7 +432,8 @@ class InvokeResult:
         are safe to copy into another head: None where copying could differ
         from reading the fields or could smuggle a line, namely no received
         head (a cached answer), a bare CR or LF, a NUL, a folded line, or a
-        field sent twice (reading keeps the last).
+        field sent twice (reading keeps the last); and None without a request
+        id, which a relay must then make up (SageMaker always sends one).
         """
         raw = self._raw
         if raw is None:
@@ -442,15 +444,20 @@ class InvokeResult:
         kept: list[bytes] = []
         names: list[bytes] = []
         for line in lines[1:]:  # after the status line
-            name = line.partition(b":")[0].lower()
+            name, _, value = line.partition(b":")
+            name = name.lower()
             if name in _RESULT_FIELDS:
                 # Ints, not b"\r": a one-byte bytes operand costs a buffer acquisition.
                 if name in names or 13 in line or 0 in line:
+                    return None
+                if name == _REQUEST_ID and not value.strip():
                     return None
                 names.append(name)
                 kept.append(line)
             elif not line or line[0] in _FOLD_STARTS:
                 return None  # an empty line cannot be in a head; a folded one continues the last
+        if _REQUEST_ID not in names:
+            return None
         kept.append(b"")
         return b"\r\n".join(kept)
 

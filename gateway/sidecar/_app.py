@@ -111,7 +111,7 @@ class BusyPoll:
     def _spin(self) -> None:
         # A callback always ready: the loop polls its sockets with a zero timeout.
         loop = self._loop
-        if loop is not None and not loop.is_closed() and loop.time() < self._until:
+        if loop is not None and loop.time() < self._until:
             loop.call_soon(self._spin)
         else:
             self.spinning = False
@@ -419,8 +419,6 @@ def _result_response(result: InvokeResult) -> Response:
     lines = result.field_lines()
     if lines is None:
         return Response(200, _result_headers(result), result.body)
-    if b"x-amzn-requestid:" not in lines.lower():
-        lines += b"x-amzn-RequestId: %b\r\n" % new_request_id().encode()
     cache = result.cache
     headers = () if cache is None else (("x-gateway-cache", cache),)
     return Response(200, headers, result.body, lines)

@@ -261,6 +261,7 @@ async def test_the_upstreams_field_lines_are_relayed_as_sent() -> None:
         b"CONTENT-TYPE:text/csv\r\n"
         b"x-amzn-invoked-production-variant: blue\r\n"
         b"X-Amzn-SageMaker-Custom-Attributes: a=1;  b=2\r\n"
+        b"x-amzn-requestid:r-7\r\n"
     )
     upstream_own = b"Server: upstream\r\nDate: Mon, 01 Jan 2001 00:00:00 GMT"
     head = b"HTTP/1.1 200 OK\r\n" + fields + upstream_own
@@ -274,10 +275,21 @@ async def test_the_upstreams_field_lines_are_relayed_as_sent() -> None:
         b"Date: Mon, 01 Jan 2001 00:00:00 GMT"
     ]
     assert b"upstream" not in answer
-    # No request id from the upstream: the sidecar makes one, as SageMaker always sends one.
+    assert answer.lower().count(b"x-amzn-requestid:") == 1
+    assert answer.lower().count(b"content-length:") == 1
+
+
+@pytest.mark.parametrize("request_id_line", [b"", b"x-amzn-RequestId: \r\n"])
+async def test_an_answer_without_a_request_id_gets_one(request_id_line: bytes) -> None:
+    """None or an empty one upstream: the sidecar makes one (SageMaker always sends one)."""
+    head = b"HTTP/1.1 200 OK\r\n" + request_id_line + b"CONTENT-TYPE:text/csv"
+
+    answer = await _sidecar_answer_head(head)
+
+    lines = answer.split(b"\r\n")
     request_ids = [line for line in lines if line.lower().startswith(b"x-amzn-requestid:")]
     assert len(request_ids) == 1 and len(request_ids[0].split(b":")[1].strip()) == 36
-    assert answer.lower().count(b"content-length:") == 1
+    assert b"Content-Type: text/csv\r\n" in answer
 
 
 async def test_a_field_sent_twice_is_relayed_once() -> None:
