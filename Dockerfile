@@ -14,9 +14,6 @@ RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev &
 WORKDIR /src
 COPY pyproject.toml setup.py README.md LICENSE CHANGELOG.md ./
 COPY gateway ./gateway
-COPY routing ./routing
-COPY cache ./cache
-COPY sagemaker_gateway_config ./sagemaker_gateway_config
 RUN python -m pip wheel --no-cache-dir --no-deps --wheel-dir dist .
 
 FROM python:3.11-slim

@@ -61,8 +61,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from cache import CacheConfig, PredictionCache
 from gateway import Gateway, tune_gc
+from gateway.cache import CacheConfig, PredictionCache
 from gateway.emulator import Emulator
 from gateway.rtb import (
     BidFilter,

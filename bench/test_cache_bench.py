@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import redis.asyncio as redis_asyncio
 
-from cache import CacheConfig, Entry, PredictionCache
+from gateway.cache import CacheConfig, Entry, PredictionCache
 from tests._redis_procs import RedisServer, shared_redis_available
 
 BODY = b'{"probability": 0.4213, "model": "bid-filter-xgb"}'

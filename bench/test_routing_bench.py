@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from routing import Outcome, Route, RouteConfig
+from gateway.routing import Outcome, Route, RouteConfig
 
 BATCH = 1_000
 MODELS = [f"model-{index:05d}.tar.gz" for index in range(10_000)]

@@ -5,8 +5,6 @@
 garbage collector's full passes out of the tail latency.
 """
 
-# First, before anything imports routing or cache: a shadowing module fails clearly.
-import gateway._names  # noqa: F401  (importing it checks)
 from gateway import errors
 from gateway._api import MAX_PAYLOAD_BYTES, AsyncInvocation, InvokeResult
 from gateway._aws.sigv4 import Credentials

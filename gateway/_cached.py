@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from cache import CacheSource, Entry, PredictionCache
 from gateway._api import InvokeResult
+from gateway.cache import CacheSource, Entry, PredictionCache
 
 __all__ = ["CachedCalls"]
 

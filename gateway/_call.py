@@ -71,7 +71,7 @@ from gateway._http.interfaces import StreamingResponse, Transport
 from gateway._http.message import RawResponse
 from gateway._http.request import PreparedRequest
 from gateway._targets import TargetPlan, Targets
-from routing import Outcome, Route, TargetState
+from gateway.routing import Outcome, Route, TargetState
 
 __all__ = ["CallSpec", "Invoker", "new_event", "record"]
 

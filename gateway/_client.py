@@ -25,7 +25,6 @@ from typing import Any, Self, cast
 
 from mypy_extensions import mypyc_attr
 
-from cache import CacheConfig, PredictionCache
 from gateway import errors
 from gateway._api import (
     INVOKE,
@@ -46,6 +45,7 @@ from gateway._aws.sigv4 import Credentials, SigV4Signer
 from gateway._cached import CachedCalls
 from gateway._call import Invoker, code_of, new_event
 from gateway._config import GatewayConfig, PoolConfig
+from gateway._config_reader import read
 from gateway._credentials import CredentialSource
 from gateway._events import (
     CacheLookup,
@@ -69,7 +69,8 @@ from gateway._metrics import DEFAULT_LABEL_CAP, GatewayMetrics
 from gateway._streaming import OpenedStream, payload_parts
 from gateway._targets import TargetPlan, Targets
 from gateway._tracing import TracingHook, gateway_tracer
-from routing import (
+from gateway.cache import CacheConfig, PredictionCache
+from gateway.routing import (
     Route,
     RouteConfig,
     Router,
@@ -77,7 +78,6 @@ from routing import (
     TargetState,
     parse_routes,
 )
-from sagemaker_gateway_config import read
 
 __all__ = ["Gateway", "InvokeStream"]
 

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gateway._aws.sigv4 import Credentials
+from gateway._config_reader import fail, http_url, load_toml, read, section, setting
 from gateway._http.options import PoolConfig
-from sagemaker_gateway_config import ConfigError, fail, http_url, load_toml, read, section, setting
+from gateway.errors import ConfigError
 
 __all__ = ["GatewayConfig", "PoolConfig"]
 

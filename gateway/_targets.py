@@ -21,7 +21,7 @@ from gateway._config import GatewayConfig
 from gateway._credentials import CredentialSource, botocore_fetcher
 from gateway._http.message import Origin, user_agent
 from gateway._http.request import RequestSigner
-from routing import Route, TargetState
+from gateway.routing import Route, TargetState
 
 __all__ = ["TargetPlan", "Targets"]
 

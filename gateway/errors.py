@@ -7,10 +7,6 @@ Errors are translated once, at the boundary where they are caught.
 
 from __future__ import annotations
 
-# The root and ConfigError live in the package routing and cache share, so
-# they raise this very ConfigError without importing gateway.
-from sagemaker_gateway_config import ConfigError, GatewayError
-
 __all__ = [
     "CacheUnavailable",
     "ConfigError",
@@ -40,6 +36,26 @@ __all__ = [
     "ValidationError",
     "WriteError",
 ]
+
+
+class GatewayError(Exception):
+    """Root of every error raised by the gateway."""
+
+    retryable: bool = False
+    # Requests the call sent before it failed (retries and hedges included).
+    attempts: int = 1
+
+
+class ConfigError(GatewayError, ValueError):
+    """A configuration value is missing or wrong; the message names the key."""
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+    @classmethod
+    def at(cls, key: str, problem: str) -> ConfigError:
+        return cls(f"config error at {key}: {problem}", key)
 
 
 class InvalidRequest(GatewayError, ValueError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from sagemaker_gateway_config import ConfigError
+from gateway.errors import ConfigError
 
 __all__ = ["host_port", "is_loopback", "parse_listen"]
 

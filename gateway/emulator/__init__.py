@@ -18,7 +18,7 @@ from gateway.emulator._config import (
 )
 from gateway.emulator._emulator import Emulator, EmulatorProcess, main
 from gateway.emulator._stats import EmulatorStats
-from sagemaker_gateway_config import ConfigError
+from gateway.errors import ConfigError
 
 __all__ = [
     "AuthConfig",

@@ -7,8 +7,8 @@ from dataclasses import field, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from gateway._config_reader import fail, http_url, load_toml, read, section, setting
 from gateway.emulator._errors import ERROR_CODES
-from sagemaker_gateway_config import fail, http_url, load_toml, read, section, setting
 
 
 @section("model")

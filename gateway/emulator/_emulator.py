@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import orjson
 
+from gateway._config_reader import to_table
 from gateway._server import processes as child_process
 from gateway._server.address import is_loopback, parse_listen
 from gateway._server.http import (
@@ -36,7 +37,7 @@ from gateway.emulator._config import (
 )
 from gateway.emulator._service import EmulatorService, RecordedRequest
 from gateway.emulator._stats import EmulatorStats
-from sagemaker_gateway_config import ConfigError, to_table
+from gateway.errors import ConfigError
 
 __all__ = ["Emulator", "EmulatorProcess", "main"]
 

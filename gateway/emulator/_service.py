@@ -23,6 +23,7 @@ from gateway._api import (
     Operation,
 )
 from gateway._aws.eventstream import encode_payload_part, model_stream_error
+from gateway._config_reader import read
 from gateway._server.http import AbortConnection, Request, Response, StreamingResponse
 from gateway.emulator._auth import SignatureVerifier
 from gateway.emulator._config import (
@@ -34,7 +35,6 @@ from gateway.emulator._config import (
 from gateway.emulator._errors import SageMakerError, error_response
 from gateway.emulator._models import Model, ModelCache, ModelFailure, build_model
 from gateway.emulator._stats import EmulatorStats
-from sagemaker_gateway_config import read
 
 __all__ = ["CLOSE_SESSION", "EmulatorService", "RecordedRequest"]
 

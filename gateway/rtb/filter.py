@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, Protocol
 
-from cache import Entry, PredictionCacheProtocol
+from gateway.cache import Entry, PredictionCacheProtocol
 from gateway.rtb._batcher import Batch, BatchCounters, MicroBatcher
 from gateway.rtb.features import FeatureSpec, load_bundled_spec
 from gateway.rtb.policy import FilterPolicy

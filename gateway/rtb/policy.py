@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
+from gateway._config_reader import section, setting
 from gateway.rtb.request import BidRequest
-from sagemaker_gateway_config import section, setting
 
 __all__ = ["SEGMENT_DIMENSIONS", "FilterPolicy"]
 

@@ -6,8 +6,9 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Any, Literal
 
+from gateway._config_reader import fail, read, section, setting
 from gateway._server.address import host_port, is_loopback
-from sagemaker_gateway_config import ConfigError, fail, read, section, setting
+from gateway.errors import ConfigError
 
 __all__ = ["AuthSettings", "SidecarConfig"]
 

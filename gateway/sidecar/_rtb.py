@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
 from gateway import errors
+from gateway._config_reader import fail, http_url, read, section, setting
 from gateway._http.message import Origin
 from gateway._http.native import NativeTransport
 from gateway._http.options import PoolConfig
@@ -43,7 +44,6 @@ from gateway._tracing import ServerTracing
 from gateway.rtb import BidFilter, Decision, FilterPolicy, Scorer
 from gateway.rtb.request import InvalidBidRequest, parse_bid_request, refuse_duplicate_keys
 from gateway.sidecar._metrics import BUCKETS
-from sagemaker_gateway_config import fail, http_url, read, section, setting
 
 __all__ = ["REASON_HEADER", "ROUTE_HEADER", "SCORE_HEADER", "RtbConfig", "RtbProxy"]
 

@@ -22,6 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from gateway._client import Gateway
 from gateway._config import GatewayConfig
 from gateway._config_env import apply_environment, explain
+from gateway._config_reader import load_toml
 from gateway._gc import GcTuning, tune_gc
 from gateway._server import processes as child_process
 from gateway._server.address import parse_listen
@@ -47,7 +48,6 @@ from gateway.sidecar._workers import (
     reserve_address,
     resolve_worker_count,
 )
-from sagemaker_gateway_config import load_toml
 
 __all__ = ["Sidecar", "SidecarProcess", "main"]
 

@@ -6,7 +6,7 @@ import asyncio
 import struct
 import zlib
 
-from cache import FORMAT_VERSION, Entry, encode_entry
+from gateway.cache import FORMAT_VERSION, Entry, encode_entry
 
 __all__ = ["CountingLoader", "faulty_writer_entry", "forge_entry"]
 

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 import pytest
 import redis.asyncio as redis_asyncio
 
-from cache import CacheConfig, PredictionCache
+from gateway.cache import CacheConfig, PredictionCache
 from tests._redis_procs import RedisCluster3, RedisSentinel, RedisServer, shared_redis_available
 
 

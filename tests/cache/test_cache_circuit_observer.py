@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from cache import CacheConfig, Entry, PredictionCache
+from gateway.cache import CacheConfig, Entry, PredictionCache
 from tests._redis_procs import RedisServer
 
 

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Iterator
 import pytest
 import redis
 
-from cache import CacheConfig, CacheSource, Entry, PredictionCache
+from gateway.cache import CacheConfig, CacheSource, Entry, PredictionCache
 from tests._redis_procs import RedisCluster3
 from tests.cache._cache_support import CountingLoader
 

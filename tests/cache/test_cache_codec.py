@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cache import (
+from gateway.cache import (
     FORMAT_VERSION,
     CodecError,
     CorruptEntryError,

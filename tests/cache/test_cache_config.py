@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from cache import CacheConfig, ConfigError
-from cache._target import redis_target
+from gateway.cache import CacheConfig, ConfigError
+from gateway.cache._target import redis_target
 
 
 def test_defaults() -> None:

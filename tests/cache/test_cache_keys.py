@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from cache import make_key
+from gateway.cache import make_key
 
 BASE = ("smgw", "bidder", "model-a.tar.gz", "v1", "text/csv", "application/json", "7")
 

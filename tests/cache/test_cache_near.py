@@ -6,9 +6,9 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-import cache._cache as cache_module
-from cache import CacheSource, Entry, PredictionCache
-from cache._near import NearTier
+import gateway.cache._cache as cache_module
+from gateway.cache import CacheSource, Entry, PredictionCache
+from gateway.cache._near import NearTier
 from tests.cache._cache_support import CountingLoader
 
 MakeCache = Callable[..., Awaitable[PredictionCache]]

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 
 import redis.asyncio as redis_asyncio
 
-from cache import FORMAT_VERSION, CacheSource, Entry, PredictionCache, encode_entry
+from gateway.cache import FORMAT_VERSION, CacheSource, Entry, PredictionCache, encode_entry
 from tests.cache._cache_support import CountingLoader
 
 MakeCache = Callable[..., Awaitable[PredictionCache]]

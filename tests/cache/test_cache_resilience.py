@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Iterator
 import pytest
 import redis.asyncio as redis_asyncio
 
-from cache import CacheSource, Entry, PredictionCache
+from gateway.cache import CacheSource, Entry, PredictionCache
 from tests._redis_procs import RedisServer, free_port
 from tests.cache._cache_support import CountingLoader
 

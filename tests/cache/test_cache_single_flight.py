@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-import cache._cache as cache_module
-from cache import CacheSource, PredictionCache
+import gateway.cache._cache as cache_module
+from gateway.cache import CacheSource, PredictionCache
 from tests.cache._cache_support import CountingLoader
 
 MakeCache = Callable[..., Awaitable[PredictionCache]]

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 import redis.asyncio as redis_asyncio
 from redis.asyncio.cluster import RedisCluster
 
-from cache import CacheSource, Entry, PredictionCache
+from gateway.cache import CacheSource, Entry, PredictionCache
 from tests._redis_procs import RedisCluster3, RedisSentinel
 from tests.cache._cache_support import CountingLoader
 

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 import redis.asyncio as redis_asyncio
 
-from cache import CacheSource, Entry, PredictionCache, encode_entry
+from gateway.cache import CacheSource, Entry, PredictionCache, encode_entry
 from tests.cache._cache_support import CountingLoader, faulty_writer_entry, forge_entry
 
 MakeCache = Callable[..., Awaitable[PredictionCache]]

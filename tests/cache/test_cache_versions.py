@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 
 import redis.asyncio as redis_asyncio
 
-from cache import PredictionCache
+from gateway.cache import PredictionCache
 
 MakeCache = Callable[..., Awaitable[PredictionCache]]
 

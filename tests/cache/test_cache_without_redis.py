@@ -12,7 +12,7 @@ import sys
 _WITHOUT_REDIS = """
 import sys
 sys.modules["redis"] = None  # any import of redis now raises ImportError
-import cache, gateway, gateway.sidecar, gateway.emulator, gateway.tools.demo
+import gateway.cache, gateway, gateway.sidecar, gateway.emulator, gateway.tools.demo
 from gateway import Gateway
 from gateway.errors import ConfigError
 Gateway(region="us-east-1", cache={"ttl_s": 5})  # near tier only: fine

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cache import CacheConfig, PredictionCache
 from gateway._cached import CachedCalls
+from gateway.cache import CacheConfig, PredictionCache
 
 # Header-ish values, with the characters a naive join or prefix could confuse.
 part = st.none() | st.text(alphabet=st.sampled_from("ab:0123\x1f\x1e~"), max_size=8)

@@ -33,7 +33,7 @@ from gateway._events import (
 )
 from gateway._metrics import OTHER, GatewayMetrics
 from gateway.emulator import Emulator, EmulatorConfig
-from routing import TargetHealth
+from gateway.routing import TargetHealth
 
 FAST = {"latency": {"base_ms": 1.0}}
 

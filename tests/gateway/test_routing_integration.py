@@ -13,7 +13,7 @@ import pytest
 
 from gateway import Gateway, errors
 from gateway.emulator import Emulator, EmulatorConfig
-from routing import TargetHealth
+from gateway.routing import TargetHealth
 from tests.gateway.conftest import server_task
 
 FAST = {"latency": {"base_ms": 1.0}}

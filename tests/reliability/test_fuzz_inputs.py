@@ -14,16 +14,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cache import CacheConfig
 from gateway import errors
 from gateway._api import decode_error
 from gateway._aws.eventstream import EventStreamDecoder, EventStreamError
 from gateway._config import GatewayConfig
 from gateway._http.message import RawResponse
+from gateway.cache import CacheConfig
 from gateway.emulator import EmulatorConfig
+from gateway.routing import parse_routes
 from gateway.rtb.request import DEFAULT_MAX_REQUEST_BYTES, InvalidBidRequest, parse_bid_request
 from gateway.sidecar import SidecarConfig
-from routing import parse_routes
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

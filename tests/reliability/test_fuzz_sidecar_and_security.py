@@ -26,10 +26,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cache import CacheConfig
-from cache._target import redis_target
 from gateway import Gateway, compat, errors
 from gateway._config import GatewayConfig
+from gateway.cache import CacheConfig
+from gateway.cache._target import redis_target
 from gateway.emulator import Emulator, EmulatorConfig
 from gateway.sidecar import Sidecar, SidecarConfig
 from tests._faultproxy import FaultProxy

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from routing import Outcome, Route, RouteConfig, TargetState
+from gateway.routing import Outcome, Route, RouteConfig, TargetState
 
 
 class FakeClock:

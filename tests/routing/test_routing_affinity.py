@@ -7,7 +7,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from routing import Outcome, TargetHealth, rendezvous_score
+from gateway.routing import Outcome, TargetHealth, rendezvous_score
 from tests.routing._support import FakeClock, by_key, call, make_route
 
 MODELS = [f"model-{index}.tar.gz" for index in range(10_000)]
@@ -22,7 +22,7 @@ def test_the_score_is_the_documented_blake2b() -> None:
 
 def test_rankings_agree_across_processes_with_different_hash_seeds() -> None:
     script = (
-        "import json; from routing import rendezvous_score as s; "
+        "import json; from gateway.routing import rendezvous_score as s; "
         "print(json.dumps([s('model-a.tar.gz', 'bid-filter-a'), "
         "[s(m, k) for m in ('x', 'model-7', 'é') for k in ('a', 'b@us-west-2')]]))"
     )
@@ -146,7 +146,7 @@ def test_single_target_routes_ignore_the_model() -> None:
 
 def test_many_models_keep_the_ranking_cache_bounded() -> None:
     clock = FakeClock()
-    from routing import Route, RouteConfig
+    from gateway.routing import Route, RouteConfig
 
     config = RouteConfig.from_mapping("r", {"targets": ["a", "b", "c"]})
     route = Route(config, clock=clock, ranking_cache_size=100)

@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from routing import Outcome, TargetState
+from gateway.routing import Outcome, TargetState
 from tests.routing._support import FakeClock, by_key, call, make_route
 
 

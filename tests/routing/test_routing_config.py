@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from routing import (
+from gateway.routing import (
     ConfigError,
     EjectionConfig,
     HealthCheckConfig,

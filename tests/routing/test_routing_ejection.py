@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from routing import Outcome, Route, TargetHealth, TargetState
+from gateway.routing import Outcome, Route, TargetHealth, TargetState
 from tests.routing._support import FakeClock, by_key, call, make_route
 
 NO_JITTER: dict[str, Any] = {"ejection": {"jitter": 0}}

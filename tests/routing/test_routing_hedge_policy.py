@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from routing import ConfigError, HedgeDelay, LatencyWindow, Outcome, Route
+from gateway.routing import ConfigError, HedgeDelay, LatencyWindow, Outcome, Route
 from tests.routing._support import FakeClock, call, make_route
 
 HEDGE_ON: dict[str, Any] = {"hedge": {"enabled": True, "max_extra_load": 0.05, "min_delay_ms": 1}}

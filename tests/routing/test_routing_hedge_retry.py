@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from routing import HedgeBudget, LatencyWindow, Outcome, RetryBudget
+from gateway.routing import HedgeBudget, LatencyWindow, Outcome, RetryBudget
 from tests.routing._support import FakeClock, make_route
 
 HEDGE_ON: dict[str, Any] = {"hedge": {"enabled": True, "max_extra_load": 0.05, "min_delay_ms": 1}}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from routing import Outcome, Route, RouteConfig, Router, TargetHealth, TargetState
+from gateway.routing import Outcome, Route, RouteConfig, Router, TargetHealth, TargetState
 from tests.routing._support import FakeClock, call
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import random
 import tomllib
 
-from routing import Route, RouteConfig, RouteProtocol, Router, RouterProtocol
+from gateway.routing import Route, RouteConfig, RouteProtocol, Router, RouterProtocol
 from tests.routing._support import FakeClock
 
 

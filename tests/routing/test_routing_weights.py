@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from routing import Outcome, Route, TargetState
+from gateway.routing import Outcome, Route, TargetState
 from tests.routing._support import FakeClock, by_key, make_route
 
 CANARY = [{"endpoint": "primary", "weight": 0.9}, {"endpoint": "canary", "weight": 0.1}]

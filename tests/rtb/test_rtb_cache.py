@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from cache import CacheConfig, Entry, PredictionCache
 from gateway import Gateway
+from gateway.cache import CacheConfig, Entry, PredictionCache
 from gateway.emulator import Emulator, EmulatorConfig
 from gateway.rtb import (
     BidFilter,

@@ -25,7 +25,7 @@ A 400/424 answer is ``Outcome.NEUTRAL``: it completed, but says nothing
 about the target's health.
 """
 
-from sagemaker_gateway_config import ConfigError
+from gateway.errors import ConfigError
 
 from ._affinity import rendezvous_score
 from ._config import (

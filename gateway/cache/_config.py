@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
-from sagemaker_gateway_config import ConfigError, fail, read, section, setting
+from gateway._config_reader import fail, read, section, setting
+from gateway.errors import ConfigError
 
 from ._target import parse_host_port, redact_url, redis_target
 

@@ -1,4 +1,4 @@
-"""One reader for every config section of sagemaker-gateway, and its one error class.
+"""One reader for every config section of sagemaker-gateway.
 
 A section is a frozen dataclass made with :func:`section`; its fields are the
 keys, and ``setting(...)`` adds bounds, a conversion or a check. It is the
@@ -8,8 +8,8 @@ what joins fields. Every error is a :class:`ConfigError` naming the key::
 
     config error at routes.bid.hedge.max_extra_load: must be > 0 and < 1, got 2.0
 
-``routing`` and ``cache`` use it without importing ``gateway``, whose
-``gateway.errors`` re-exports both error classes.
+``gateway.routing`` and ``gateway.cache`` use it, and ``gateway.errors`` for
+its error class; neither imports anything else of ``gateway``.
 """
 
 from __future__ import annotations
@@ -27,27 +27,9 @@ from typing import Any, Literal, TypeVar, Union, dataclass_transform, get_args, 
 from typing import get_type_hints as _hints
 from urllib.parse import urlsplit
 
+from gateway.errors import ConfigError
+
 T = TypeVar("T")
-
-
-class GatewayError(Exception):
-    """Root of every error raised by the gateway."""
-
-    retryable: bool = False
-    # Requests the call sent before it failed (retries and hedges included).
-    attempts: int = 1
-
-
-class ConfigError(GatewayError, ValueError):
-    """A configuration value is missing or wrong; the message names the key."""
-
-    def __init__(self, message: str, key: str | None = None) -> None:
-        super().__init__(message)
-        self.key = key
-
-    @classmethod
-    def at(cls, key: str, problem: str) -> ConfigError:
-        return cls(f"config error at {key}: {problem}", key)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
