@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from gateway._build import build_kind, stale_modules
+from tests._redis_procs import RedisServer, shared_redis_available
 
 
 def pytest_report_header() -> str:
@@ -41,3 +42,22 @@ def restore_gc() -> Iterator[None]:
     finally:
         gc.unfreeze()
         gc.set_threshold(*thresholds)
+
+
+@pytest.fixture(scope="session")
+def shared_redis_url() -> Iterator[str]:
+    """The machine's Redis on 6379 when it is up (read/write only, never killed), else our own.
+
+    So the suite runs where no Redis does: it starts ``redis-server`` from PATH once per
+    session (per xdist worker). Tests that kill or slow Redis start private servers instead.
+    """
+    if shared_redis_available():
+        yield "redis://127.0.0.1:6379/0"
+        return
+    with RedisServer.running() as server:
+        yield server.url
+
+
+@pytest.fixture
+def redis_url(shared_redis_url: str) -> str:
+    return shared_redis_url

@@ -9,17 +9,7 @@ import pytest
 import redis.asyncio as redis_asyncio
 
 from gateway.cache import CacheConfig, PredictionCache
-from tests._redis_procs import RedisCluster3, RedisSentinel, RedisServer, shared_redis_available
-
-
-@pytest.fixture(scope="session")
-def shared_redis_url() -> Iterator[str]:
-    """The machine's Redis on 6379 if it is up (read/write only, never killed), else our own."""
-    if shared_redis_available():
-        yield "redis://127.0.0.1:6379/0"
-        return
-    with RedisServer.running() as server:
-        yield server.url
+from tests._redis_procs import RedisCluster3, RedisSentinel, RedisServer
 
 
 @pytest.fixture(scope="session")

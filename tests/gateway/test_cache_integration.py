@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 
 from gateway import Gateway, errors
 from gateway.emulator import Emulator, EmulatorConfig
-from tests._redis_procs import RedisServer, shared_redis_available
+from tests._redis_procs import RedisServer
 from tests.cache._cache_support import faulty_writer_entry
 
 
@@ -31,15 +31,6 @@ async def emulator() -> AsyncIterator[Emulator]:
     )
     async with Emulator(config) as emu:
         yield emu
-
-
-@pytest.fixture
-def redis_url() -> Iterator[str]:
-    if shared_redis_available():
-        yield "redis://127.0.0.1:6379/0"
-        return
-    with RedisServer.running() as server:
-        yield server.url
 
 
 def _cache(redis_url: str | None = None, **overrides: Any) -> dict[str, Any]:

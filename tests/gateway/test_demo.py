@@ -12,10 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from tests._redis_procs import shared_redis_available
-
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -69,8 +65,7 @@ def test_demo_near_cache_only() -> None:
     _check_summary(out)
 
 
-@pytest.mark.skipif(not shared_redis_available(), reason="needs Redis on 127.0.0.1:6379")
-def test_demo_with_redis() -> None:
-    out = _run_demo("--redis", "redis://127.0.0.1:6379/0", "--pool", "2000")
-    assert "near tier + Redis redis://127.0.0.1:6379/0" in out
+def test_demo_with_redis(shared_redis_url: str) -> None:
+    out = _run_demo("--redis", shared_redis_url, "--pool", "2000")
+    assert f"near tier + Redis {shared_redis_url}" in out
     _check_summary(out)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +31,7 @@ from gateway.rtb import (
 )
 from gateway.rtb.synth import sample_bodies
 from gateway.rtb.xgb import BUNDLED_MODEL_PATH
-from tests._redis_procs import RedisServer, shared_redis_available
+from tests._redis_procs import RedisServer
 
 NOW = 1_717_597_800.0
 BODIES = sample_bodies(60, seed=31)
@@ -57,15 +57,6 @@ def distinct_rows(bodies: Sequence[bytes]) -> int:
 async def emulator() -> AsyncIterator[Emulator]:
     async with Emulator(EmulatorConfig.default(seed=4)) as emu:
         yield emu
-
-
-@pytest.fixture
-def redis_url() -> Iterator[str]:
-    if shared_redis_available():
-        yield "redis://127.0.0.1:6379/0"
-        return
-    with RedisServer.running() as server:
-        yield server.url
 
 
 @pytest.fixture

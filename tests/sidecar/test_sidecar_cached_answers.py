@@ -10,25 +10,14 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from redis.asyncio import Redis
 
 from gateway.emulator import Emulator
 from gateway.sidecar import Sidecar
-from tests._redis_procs import RedisServer, shared_redis_available
 from tests.cache._cache_support import faulty_writer_entry
 from tests.sidecar.conftest import ClientFactory, make_gateway
-
-
-@pytest.fixture
-def redis_url() -> Iterator[str]:
-    if shared_redis_available():
-        yield "redis://127.0.0.1:6379/0"
-        return
-    with RedisServer.running() as server:
-        yield server.url
 
 
 @pytest.mark.parametrize(
