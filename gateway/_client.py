@@ -67,7 +67,7 @@ from gateway._http.message import Origin
 from gateway._http.native import NativeTransport
 from gateway._metrics import DEFAULT_LABEL_CAP, GatewayMetrics
 from gateway._streaming import OpenedStream, payload_parts
-from gateway._targets import TargetPlan, Targets
+from gateway._target_plans import TargetPlan, TargetPlanner
 from gateway._tracing import TracingHook, gateway_tracer
 from gateway.cache import CacheConfig, PredictionCache
 from gateway.routing import (
@@ -197,7 +197,7 @@ class Gateway:
             observer=self._health_changed,
             default_template=_defaults(config),
         )
-        self._targets = Targets(config)
+        self._targets = TargetPlanner(config)
         self._invoker = Invoker(self._transport, self._targets)
         self._cache = _make_cache(cache if isinstance(cache, CacheConfig) else None, config)
         self._cached = CachedCalls(self._cache) if self._cache is not None else None

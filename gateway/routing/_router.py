@@ -12,9 +12,10 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from ._config import RouteConfig, Target, parse_routes
+from ._hedge_policy import HedgeBudget
 from ._route import HealthObserver, Route
-from ._stats import HedgeBudget, RetryBudget
-from ._target import Outcome, TargetState
+from ._stats import RetryBudget
+from ._target_state import Outcome, TargetState
 
 __all__ = ["RouteProtocol", "Router", "RouterProtocol"]
 
