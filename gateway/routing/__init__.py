@@ -39,7 +39,7 @@ from ._config import (
 )
 from ._hedge_policy import HedgeBudget, HedgeDelay
 from ._route import HealthObserver, Route
-from ._router import RouteProtocol, Router, RouterProtocol
+from ._router import Router
 from ._stats import LatencyWindow, RetryBudget
 from ._target_state import Outcome, TargetHealth, TargetState
 
@@ -57,9 +57,7 @@ __all__ = [
     "RetryConfig",
     "Route",
     "RouteConfig",
-    "RouteProtocol",
     "Router",
-    "RouterProtocol",
     "Target",
     "TargetHealth",
     "TargetState",
