@@ -76,8 +76,6 @@ class BuildExtMarkingBuildTime(build_ext):
 
 def wants_compiled() -> bool:
     chosen = os.environ.get("SAGEMAKER_GATEWAY_BUILD", "")
-    if os.environ.get("SAGEMAKER_GATEWAY_PURE") == "1":  # the older spelling
-        chosen = "pure"
     if chosen not in {"", "pure", "compiled"}:
         raise SystemExit(f"SAGEMAKER_GATEWAY_BUILD must be 'pure' or 'compiled', not {chosen!r}")
     if chosen:

@@ -83,10 +83,6 @@ class Operation:
     by_header: Mapping[str, Member]
     input_shape: Any  # botocore's (compat validates with it, as botocore does)
 
-    def header_keywords(self) -> tuple[tuple[str, str], ...]:
-        """(keyword, header) of the request headers that sort after ``host``, in order."""
-        return tuple((m.keyword, m.header) for m in self.after_host)
-
 
 def _member(name: str, shape: Any, required: bool) -> Member:
     serialization = shape.serialization
@@ -147,10 +143,6 @@ def operations() -> Mapping[str, Operation]:
 INVOKE = operations()["InvokeEndpoint"]
 INVOKE_STREAM = operations()["InvokeEndpointWithResponseStream"]
 INVOKE_ASYNC = operations()["InvokeEndpointAsync"]
-BY_ACTION = {operation.action: operation for operation in operations().values()}
-
-# InvokeEndpoint's optional x-amzn-sagemaker-* request headers: keyword -> header, sorted.
-INVOKE_HEADERS: tuple[tuple[str, str], ...] = INVOKE.header_keywords()
 # InvokeEndpointAsync's inline Body joined botocore's model in 1.43.29; older models (awscli v1
 # pins one) lack it, and the service still takes up to 128,000 bytes inline.
 _ASYNC_BODY = INVOKE_ASYNC.by_name.get("Body")

@@ -70,7 +70,7 @@ from gateway._events import (
 from gateway._http.interfaces import StreamingResponse, Transport
 from gateway._http.message import RawResponse
 from gateway._http.request import PreparedRequest
-from gateway._targets import TargetPlan, Targets
+from gateway._target_plans import TargetPlan, TargetPlanner
 from gateway.routing import Outcome, Route, TargetState
 
 __all__ = ["CallSpec", "Invoker", "new_event", "record"]
@@ -220,7 +220,7 @@ class Invoker:
     def __init__(
         self,
         transport: Transport,
-        targets: Targets,
+        targets: TargetPlanner,
     ) -> None:
         self._transport = transport
         self._targets = targets

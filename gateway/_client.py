@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import math
-import ssl
 import time
-from collections.abc import AsyncGenerator, Awaitable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self, cast
+from typing import Any, Self
 
 from mypy_extensions import mypyc_attr
 
@@ -45,7 +43,6 @@ from gateway._aws.sigv4 import Credentials, SigV4Signer
 from gateway._cached import CachedCalls
 from gateway._call import Invoker, code_of, new_event
 from gateway._config import GatewayConfig, PoolConfig
-from gateway._config_reader import read
 from gateway._credentials import CredentialSource
 from gateway._events import (
     CacheLookup,
@@ -61,22 +58,26 @@ from gateway._events import (
     TargetEjected,
     TargetReadmitted,
 )
-from gateway._http.httpx_transport import HttpxTransport
+from gateway._gateway_config import (
+    config_from_keywords,
+    defaults_template,
+    make_cache,
+    make_transport,
+    route_configs,
+)
 from gateway._http.interfaces import Transport
 from gateway._http.message import Origin
-from gateway._http.native import NativeTransport
 from gateway._metrics import DEFAULT_LABEL_CAP, GatewayMetrics
-from gateway._streaming import OpenedStream, payload_parts
-from gateway._targets import TargetPlan, Targets
+from gateway._prometheus import route_and_cache_families
+from gateway._streaming import InvokeStream, OpenedStream, payload_parts
+from gateway._target_plans import TargetPlan, TargetPlanner
 from gateway._tracing import TracingHook, gateway_tracer
 from gateway.cache import CacheConfig, PredictionCache
 from gateway.routing import (
     Route,
-    RouteConfig,
     Router,
     TargetHealth,
     TargetState,
-    parse_routes,
 )
 
 __all__ = ["Gateway", "InvokeStream"]
@@ -84,47 +85,6 @@ __all__ = ["Gateway", "InvokeStream"]
 # Generous upper bound for a call with no timeout: SageMaker's own 60 s
 # container limit plus transfer time.
 _NO_TIMEOUT_S = 70.0
-
-
-class InvokeStream:
-    """The parts of a response stream, and its response headers once they arrived."""
-
-    __slots__ = ("_parts", "response_headers", "target")
-
-    def __init__(self) -> None:
-        self._parts: AsyncGenerator[bytes, None] | None = None
-        # Lower-case names; empty until the response head has arrived.
-        self.response_headers: Mapping[str, str] = {}
-        self.target: str | None = None
-
-    def __aiter__(self) -> InvokeStream:
-        return self
-
-    async def __anext__(self) -> bytes:
-        assert self._parts is not None
-        return await self._parts.__anext__()
-
-    async def aclose(self) -> None:
-        """Stop early; the connection is closed (it is mid-response)."""
-        if self._parts is not None:
-            await self._parts.aclose()
-
-    @property
-    def content_type(self) -> str | None:
-        # The stream API carries the model's content type in its own header.
-        return self.response_headers.get("x-amzn-sagemaker-content-type")
-
-    @property
-    def invoked_variant(self) -> str | None:
-        return self.response_headers.get("x-amzn-invoked-production-variant")
-
-    @property
-    def custom_attributes(self) -> str | None:
-        return self.response_headers.get("x-amzn-sagemaker-custom-attributes")
-
-    @property
-    def request_id(self) -> str | None:
-        return self.response_headers.get("x-amzn-requestid")
 
 
 # Users (and tests) subclass Gateway; mypyc compiles this module, and a
@@ -161,45 +121,39 @@ class Gateway:
         hooks: Sequence[Hook] = (),
     ) -> None:
         if config is None:
-            sections: dict[str, Mapping[str, Any]] = {}
-            if routes is not None:
-                sections["routes"] = routes
-            if defaults is not None:
-                sections["defaults"] = defaults
-            if isinstance(cache, Mapping):
-                sections["cache"] = cache
-            config = GatewayConfig(
+            config = config_from_keywords(
                 region=region,
                 endpoint_url=endpoint_url,
-                credentials=_as_credentials(credentials),
+                credentials=credentials,
                 profile=profile,
-                # A str is checked against the choices by GatewayConfig.
-                transport=cast(Any, transport) if isinstance(transport, str) else "native",
+                transport=transport if isinstance(transport, str) else "native",
+                pool=pool,
+                timeout=timeout,
+                routes=routes,
+                cache=cache,
                 use_fips_endpoint=use_fips_endpoint,
                 use_dualstack_endpoint=use_dualstack_endpoint,
                 ignore_configured_endpoint_urls=ignore_configured_endpoint_urls,
                 ca_bundle=ca_bundle,
                 user_agent_extra=user_agent_extra,
                 user_agent_appid=user_agent_appid,
-                pool=_as_pool(pool),
-                default_timeout_ms=timeout * 1000 if timeout is not None else None,
-                sections=sections,
+                defaults=defaults,
             )
         self.config = config
         self._transport: Transport = (
-            transport if not isinstance(transport, str) else self._make_transport(config)
+            transport if not isinstance(transport, str) else make_transport(config)
         )
         self._default_timeout = (
             config.default_timeout_ms / 1000 if config.default_timeout_ms else _NO_TIMEOUT_S
         )
         self._router = Router(
-            _route_configs(config),
+            route_configs(config),
             observer=self._health_changed,
-            default_template=_defaults(config),
+            default_template=defaults_template(config),
         )
-        self._targets = Targets(config)
+        self._targets = TargetPlanner(config)
         self._invoker = Invoker(self._transport, self._targets)
-        self._cache = _make_cache(cache if isinstance(cache, CacheConfig) else None, config)
+        self._cache = make_cache(cache if isinstance(cache, CacheConfig) else None, config)
         self._cached = CachedCalls(self._cache) if self._cache is not None else None
         # The instrumentation stream (gateway._events): None while no hook is
         # registered, and then the call path builds no event at all.
@@ -220,17 +174,6 @@ class Gateway:
         if isinstance(source, Mapping):
             return cls(config=GatewayConfig.from_mapping(source))
         return cls(config=GatewayConfig.from_toml(source))
-
-    @staticmethod
-    def _make_transport(config: GatewayConfig) -> Transport:
-        pool = config.pool
-        if pool.tls_verify and pool.ssl_context is None:
-            ca_bundle = config.ca_bundle or _botocore_ca_bundle(config.profile)
-            if ca_bundle:
-                pool = dataclasses.replace(pool, ssl_context=_ssl_context(ca_bundle))
-        if config.transport == "httpx":
-            return HttpxTransport(pool)
-        return NativeTransport(pool)
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -683,38 +626,9 @@ class Gateway:
 
     def prometheus_collector(self) -> Any:
         """A ``prometheus_client`` collector of the gateway's own metrics (enables them)."""
-        return self.enable_metrics().collector(self._extra_metrics)
-
-    def _extra_metrics(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-        # Configured routes only: their count is fixed by the config file.
-        state = GaugeMetricFamily(
-            "sagemaker_gateway_target_healthy",
-            "1 when the target takes traffic",
-            labels=["route", "target"],
+        return self.enable_metrics().collector(
+            functools.partial(route_and_cache_families, self._router, self._cache)
         )
-        for name, route in self._router.routes.items():
-            for target in route.targets:
-                state.add_metric([name, target.key], float(target.state is TargetHealth.HEALTHY))
-        yield state
-        if self._cache is not None:
-            stats = self._cache.stats
-            yield CounterMetricFamily(
-                "sagemaker_gateway_cache_redis_errors",
-                "Redis errors and timeouts (the cache failed open)",
-                value=stats.redis_errors + stats.redis_timeouts,
-            )
-            yield GaugeMetricFamily(
-                "sagemaker_gateway_cache_circuit_open",
-                "1 while the whole Redis tier is skipped (circuit open or half-open)",
-                value=float(stats.circuit_state in ("open", "half_open")),
-            )
-            yield GaugeMetricFamily(
-                "sagemaker_gateway_cache_circuit_open_nodes",
-                "Redis Cluster nodes whose circuit is open or half-open (their keys skipped)",
-                value=stats.circuit_open_nodes,
-            )
 
     # State changes are rare: always logged (rate-limited), then streamed.
 
@@ -761,72 +675,6 @@ class Gateway:
         credentials = self._credentials
         if credentials is not None and credentials.must_wait():
             await credentials.fresh()
-
-
-def _route_configs(config: GatewayConfig) -> list[RouteConfig]:
-    routes = config.sections.get("routes")
-    if not routes:
-        return []
-    return list(parse_routes(routes).values())
-
-
-def _defaults(config: GatewayConfig) -> RouteConfig | None:
-    """The ``[defaults]`` route template for bare endpoint names (its own targets unused)."""
-    section = config.sections.get("defaults")
-    if section is None:
-        return None
-    if "targets" in section:
-        raise errors.ConfigError.at("defaults.targets", "a template has no targets")
-    # Router replaces the placeholder target with the endpoint called.
-    template = {**section, "targets": ["template"]}
-    return read(RouteConfig, template, "defaults", name="defaults")
-
-
-def _botocore_ca_bundle(profile: str | None) -> str | None:
-    """AWS_CA_BUNDLE or the profile's ca_bundle, as botocore resolves it."""
-    import botocore.exceptions
-    import botocore.session
-
-    session = botocore.session.get_session()
-    if profile:
-        session.set_config_variable("profile", profile)
-    try:
-        value = session.get_config_variable("ca_bundle")
-    except botocore.exceptions.ProfileNotFound as exc:
-        raise errors.ConfigError(f"profile: {exc}") from None
-    return str(value) if value else None
-
-
-def _ssl_context(ca_bundle: str) -> ssl.SSLContext:
-    try:
-        return ssl.create_default_context(cafile=ca_bundle)
-    except (OSError, ssl.SSLError) as exc:
-        raise errors.ConfigError(f"ca_bundle: cannot load {ca_bundle!r}: {exc}") from None
-
-
-def _make_cache(explicit: CacheConfig | None, config: GatewayConfig) -> PredictionCache | None:
-    if explicit is None:
-        section = config.sections.get("cache")
-        if section is None:
-            return None
-        explicit = CacheConfig.from_mapping(section)
-    return PredictionCache(explicit) if explicit.enabled else None
-
-
-def _as_credentials(
-    value: Credentials | tuple[str, str] | tuple[str, str, str] | None,
-) -> Credentials | None:
-    if value is None or isinstance(value, Credentials):
-        return value
-    return Credentials(*value)
-
-
-def _as_pool(value: PoolConfig | Mapping[str, Any] | None) -> PoolConfig:
-    if value is None:
-        return PoolConfig()
-    if isinstance(value, PoolConfig):
-        return value
-    return PoolConfig.from_mapping(value)
 
 
 def _check_timeout(timeout: float) -> None:

@@ -1,4 +1,4 @@
-"""The parts of an InvokeEndpointWithResponseStream answer, as an async generator.
+"""An InvokeEndpointWithResponseStream answer: ``InvokeStream`` and its parts' async generator.
 
 It lives in a module of its own because the client's module is compiled with
 mypyc, which does not compile async generators; this one stays Python.
@@ -6,7 +6,7 @@ mypyc, which does not compile async generators; this one stays Python.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 
 import orjson
 
@@ -16,11 +16,52 @@ from gateway._aws.eventstream import EventStreamDecoder, EventStreamError, Messa
 from gateway._http.interfaces import MAX_ERROR_BODY_BYTES, StreamingResponse
 from gateway._http.message import RawResponse
 
-__all__ = ["OpenedStream", "error_body_prefix", "payload_parts"]
+__all__ = ["InvokeStream", "OpenedStream", "error_body_prefix", "payload_parts"]
 
 # The call's accounting: told the error that ended the stream, or None.
 Finish = Callable[[BaseException | None], None]
 OpenedStream = tuple[StreamingResponse, Finish]
+
+
+class InvokeStream:
+    """The parts of a response stream, and its response headers once they arrived."""
+
+    __slots__ = ("_parts", "response_headers", "target")
+
+    def __init__(self) -> None:
+        self._parts: AsyncGenerator[bytes, None] | None = None
+        # Lower-case names; empty until the response head has arrived.
+        self.response_headers: Mapping[str, str] = {}
+        self.target: str | None = None
+
+    def __aiter__(self) -> InvokeStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        assert self._parts is not None
+        return await self._parts.__anext__()
+
+    async def aclose(self) -> None:
+        """Stop early; the connection is closed (it is mid-response)."""
+        if self._parts is not None:
+            await self._parts.aclose()
+
+    @property
+    def content_type(self) -> str | None:
+        # The stream API carries the model's content type in its own header.
+        return self.response_headers.get("x-amzn-sagemaker-content-type")
+
+    @property
+    def invoked_variant(self) -> str | None:
+        return self.response_headers.get("x-amzn-invoked-production-variant")
+
+    @property
+    def custom_attributes(self) -> str | None:
+        return self.response_headers.get("x-amzn-sagemaker-custom-attributes")
+
+    @property
+    def request_id(self) -> str | None:
+        return self.response_headers.get("x-amzn-requestid")
 
 
 async def payload_parts(

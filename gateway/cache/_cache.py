@@ -27,13 +27,13 @@ from ._codec import Entry, encode_entry
 from ._config import CacheConfig, ConfigError
 from ._keys import make_key
 from ._near import NearTier
+from ._redis_target import redis_target
 from ._stats import CacheStats
-from ._target import redis_target
 from ._versions import VersionTags
 
 if TYPE_CHECKING:
+    from ._redis_target import RedisTarget
     from ._redis_tier import RedisTier
-    from ._target import RedisTarget
 
 __all__ = ["CacheSource", "Loader", "PredictionCache", "PredictionCacheProtocol"]
 

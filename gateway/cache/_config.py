@@ -9,7 +9,7 @@ from typing import Any
 from gateway._config_reader import fail, read, section, setting
 from gateway.errors import ConfigError
 
-from ._target import parse_host_port, redact_url, redis_target
+from ._redis_target import parse_host_port, redact_url, redis_target
 
 __all__ = ["CacheConfig", "ConfigError"]
 

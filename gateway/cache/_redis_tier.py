@@ -42,8 +42,8 @@ from redis.backoff import NoBackoff
 from ._circuit import CLOSED, CircuitBreaker
 from ._codec import CodecError, CorruptEntryError, Entry, UnknownFormatError, decode_entry
 from ._config import CacheConfig
+from ._redis_target import RedisTarget
 from ._stats import CacheStats
-from ._target import RedisTarget
 
 __all__ = ["RedisTier"]
 

@@ -198,9 +198,6 @@ class ModelCache:
         finally:
             del self._loading[model]
 
-    def unload_all(self) -> None:
-        self._loaded.clear()
-
     async def close(self) -> None:
         for task in list(self._loading.values()):
             task.cancel()

@@ -37,10 +37,11 @@ from ._config import (
     Target,
     parse_routes,
 )
+from ._hedge_policy import HedgeBudget, HedgeDelay
 from ._route import HealthObserver, Route
-from ._router import RouteProtocol, Router, RouterProtocol
-from ._stats import HedgeBudget, HedgeDelay, LatencyWindow, RetryBudget
-from ._target import Outcome, TargetHealth, TargetState
+from ._router import Router
+from ._stats import LatencyWindow, RetryBudget
+from ._target_state import Outcome, TargetHealth, TargetState
 
 __all__ = [
     "ConfigError",
@@ -56,9 +57,7 @@ __all__ = [
     "RetryConfig",
     "Route",
     "RouteConfig",
-    "RouteProtocol",
     "Router",
-    "RouterProtocol",
     "Target",
     "TargetHealth",
     "TargetState",

@@ -18,7 +18,7 @@ import hashlib
 import math
 from collections.abc import Sequence
 
-from ._target import TargetState
+from ._target_state import TargetState
 
 __all__ = ["rendezvous_score"]
 

@@ -27,8 +27,9 @@ from collections.abc import Callable, Collection, Sequence
 
 from ._affinity import _Ranker
 from ._config import RouteConfig
-from ._stats import HedgeBudget, HedgeDelay, LatencyWindow, RetryBudget
-from ._target import Outcome, TargetHealth, TargetState
+from ._hedge_policy import HedgeBudget, HedgeDelay
+from ._stats import LatencyWindow, RetryBudget
+from ._target_state import Outcome, TargetHealth, TargetState
 
 __all__ = ["HealthObserver", "Route"]
 

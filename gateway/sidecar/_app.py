@@ -143,12 +143,8 @@ class SidecarApp:
         self.registry.register(self.metrics)
         if rtb is not None:
             self.registry.register(rtb.metrics)
-        enable_metrics = getattr(gateway, "enable_metrics", None)
-        if callable(enable_metrics):
-            enable_metrics(config.metrics_label_cap)
-        collector_factory = getattr(gateway, "prometheus_collector", None)
-        if callable(collector_factory):
-            self.registry.register(collector_factory())
+        gateway.enable_metrics(config.metrics_label_cap)
+        self.registry.register(gateway.prometheus_collector())
         # The standard process_*, python_info and python_gc_* families.
         for standard in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
             self.registry.register(standard)

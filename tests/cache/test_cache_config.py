@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.cache import CacheConfig, ConfigError
-from gateway.cache._target import redis_target
+from gateway.cache._redis_target import redis_target
 
 
 def test_defaults() -> None:

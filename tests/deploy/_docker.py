@@ -150,7 +150,7 @@ def run_stage(stage: Stage, stage_root: Path, stage_roots: dict[str, Path]) -> B
                 "PATH": f"{environment / 'bin'}{os.pathsep}{os.environ['PATH']}",
                 "VIRTUAL_ENV": str(environment),
             }
-            for name in ("PYTHONPATH", "SAGEMAKER_GATEWAY_BUILD", "SAGEMAKER_GATEWAY_PURE"):
+            for name in ("PYTHONPATH", "SAGEMAKER_GATEWAY_BUILD"):
                 env.pop(name, None)
             result = subprocess.run(
                 ["sh", "-c", value], cwd=workdir, env=env, capture_output=True, text=True

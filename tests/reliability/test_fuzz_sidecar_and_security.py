@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from gateway import Gateway, compat, errors
 from gateway._config import GatewayConfig
 from gateway.cache import CacheConfig
-from gateway.cache._target import redis_target
+from gateway.cache._redis_target import redis_target
 from gateway.emulator import Emulator, EmulatorConfig
 from gateway.sidecar import Sidecar, SidecarConfig
 from tests._faultproxy import FaultProxy

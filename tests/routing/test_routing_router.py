@@ -3,7 +3,7 @@ from __future__ import annotations
 import random
 import tomllib
 
-from gateway.routing import Route, RouteConfig, RouteProtocol, Router, RouterProtocol
+from gateway.routing import Route, RouteConfig, Router
 from tests.routing._support import FakeClock
 
 
@@ -54,9 +54,3 @@ def test_default_routes_follow_the_template() -> None:
     assert route.timeout_s == 0.015
     assert route.config.hedge.enabled
     assert [t.key for t in route.targets] == ["x"]
-
-
-def test_router_and_route_satisfy_the_protocols() -> None:
-    router: RouterProtocol = make_router()
-    route: RouteProtocol = router.resolve("bid-filter")
-    assert route.pick() is not None

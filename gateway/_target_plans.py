@@ -23,7 +23,7 @@ from gateway._http.message import Origin, user_agent
 from gateway._http.request import RequestSigner
 from gateway.routing import Route, TargetState
 
-__all__ = ["TargetPlan", "Targets"]
+__all__ = ["TargetPlan", "TargetPlanner"]
 
 
 class TargetPlan:
@@ -55,7 +55,7 @@ class TargetPlan:
         self.invoke_prefix = SigV4Signer.request_prefix("POST", self.invoke_path)
 
 
-class Targets:
+class TargetPlanner:
     """Origins and signers per region, resolved with botocore at start."""
 
     def __init__(self, config: GatewayConfig) -> None:
@@ -105,7 +105,7 @@ class Targets:
         # botocore applies AWS_ENDPOINT_URL(_SAGEMAKER_RUNTIME), the profile's
         # endpoint_url and AWS_IGNORE_CONFIGURED_ENDPOINT_URLS itself.
         url = self.config.endpoint_url or self._botocore_endpoint(session, region)
-        # Targets in other regions need their own regional runtime host.
+        # TargetPlanner in other regions need their own regional runtime host.
         region_urls = {r: self._botocore_endpoint(session, r) for r in regions if r != region}
         fetch = botocore_fetcher(session) if self.config.credentials is None else None
         return region, url, region_urls, fetch

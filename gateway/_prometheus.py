@@ -1,0 +1,47 @@
+"""The Prometheus families ``Gateway.prometheus_collector`` adds to the call counters.
+
+Read at scrape time: target health per configured route, and the cache's
+Redis errors and circuit state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from gateway.cache import PredictionCache
+from gateway.routing import Router, TargetHealth
+
+__all__ = ["route_and_cache_families"]
+
+
+def route_and_cache_families(router: Router, cache: PredictionCache | None) -> Iterator[Any]:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    # Configured routes only: their count is fixed by the config file.
+    state = GaugeMetricFamily(
+        "sagemaker_gateway_target_healthy",
+        "1 when the target takes traffic",
+        labels=["route", "target"],
+    )
+    for name, route in router.routes.items():
+        for target in route.targets:
+            state.add_metric([name, target.key], float(target.state is TargetHealth.HEALTHY))
+    yield state
+    if cache is not None:
+        stats = cache.stats
+        yield CounterMetricFamily(
+            "sagemaker_gateway_cache_redis_errors",
+            "Redis errors and timeouts (the cache failed open)",
+            value=stats.redis_errors + stats.redis_timeouts,
+        )
+        yield GaugeMetricFamily(
+            "sagemaker_gateway_cache_circuit_open",
+            "1 while the whole Redis tier is skipped (circuit open or half-open)",
+            value=float(stats.circuit_state in ("open", "half_open")),
+        )
+        yield GaugeMetricFamily(
+            "sagemaker_gateway_cache_circuit_open_nodes",
+            "Redis Cluster nodes whose circuit is open or half-open (their keys skipped)",
+            value=stats.circuit_open_nodes,
+        )
