@@ -12,6 +12,14 @@ from gateway._build import build_kind, stale_modules
 from tests._redis_procs import RedisServer, shared_redis_available
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """Two workers per core for `-n auto`: most tests wait on sockets and child processes."""
+    chosen = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
+    if chosen:
+        return int(chosen)
+    return 2 * (os.cpu_count() or 1)
+
+
 def pytest_report_header() -> str:
     return f"sagemaker-gateway hot path: {build_kind()}"
 
