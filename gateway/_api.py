@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import botocore.session
 import orjson
@@ -29,6 +29,9 @@ from botocore import xform_name
 from gateway import errors
 from gateway._http.message import Origin, RawResponse, headers_from_raw, split_head
 from gateway._http.request import PreparedRequest, RequestSigner
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 MAX_PAYLOAD_BYTES = 6 * 1024 * 1024
 
@@ -357,11 +360,28 @@ def check_header_value(name: str, value: str) -> str:
     return " ".join(value.split())
 
 
+def payload_bytes(body: Buffer, limit: int = MAX_PAYLOAD_BYTES, operation: str = "") -> bytes:
+    """A call's body as bytes, refused with InvalidRequest when it is not binary or too large.
+
+    Typed as a buffer, not ``bytes``: a compiled build checks a ``bytes``
+    parameter itself and would raise a bare TypeError for a ``str``.
+    """
+    if isinstance(body, bytes):
+        payload = body
+    elif isinstance(body, bytearray | memoryview):
+        payload = bytes(body)
+    else:
+        kind = type(body).__name__
+        hint = " (encode it first, e.g. text.encode())" if isinstance(body, str) else ""
+        raise errors.InvalidRequest(f"Body: must be bytes, got {kind}{hint}")
+    if len(payload) > limit:
+        where = f"{operation}'s limit" if operation else "SageMaker's limit"
+        raise errors.InvalidRequest(f"Body: {len(payload)} bytes exceeds {where} of {limit}")
+    return payload
+
+
 def check_payload(body: bytes) -> None:
-    if len(body) > MAX_PAYLOAD_BYTES:
-        raise errors.InvalidRequest(
-            f"payload of {len(body)} bytes exceeds SageMaker's limit of {MAX_PAYLOAD_BYTES}"
-        )
+    payload_bytes(body)
 
 
 # InvokeResult's attribute for a response member, where it is not the member's keyword.

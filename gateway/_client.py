@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import TYPE_CHECKING, Any, Final, Self
 
 from mypy_extensions import mypyc_attr
 
@@ -34,7 +34,7 @@ from gateway._api import (
     async_invocation_from_response,
     before_host_headers,
     check_endpoint_name,
-    check_payload,
+    payload_bytes,
     sagemaker_headers,
 )
 from gateway._aws.sigv4 import Credentials
@@ -77,6 +77,9 @@ from gateway.routing import (
     TargetHealth,
     TargetState,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 __all__ = ["Gateway", "InvokeStream"]
 
@@ -242,7 +245,7 @@ class Gateway:
     def invoke(
         self,
         endpoint: str,
-        body: bytes,
+        body: Buffer,
         *,
         content_type: str | None = None,
         accept: str | None = None,
@@ -287,7 +290,7 @@ class Gateway:
     async def invoke_members(
         self,
         endpoint: str,
-        body: bytes,
+        body: Buffer,
         members: tuple[object, ...],
         timeout: float | None = None,
         cache: bool | None = None,
@@ -306,7 +309,7 @@ class Gateway:
             timeout = route.timeout_s or self._default_timeout
         else:
             _check_timeout(timeout)
-        check_payload(body)
+        payload = payload_bytes(body)
         before_host = before_host_headers(INVOKE, members)
         model = members[_MODEL]
         target_model = None if model is None else str(model)
@@ -320,7 +323,7 @@ class Gateway:
         ):
             if cached.versions_due(route.name):  # the fleet's version tags, re-read
                 await cached.refresh_versions(route.name)
-            key = cached.key(route.name, _INVOKE_KEY, members, body)
+            key = cached.key(route.name, _INVOKE_KEY, members, payload)
             hit = cached.peek(key)
             if hit is not None:
                 if self._emit is not None:
@@ -335,7 +338,7 @@ class Gateway:
         emit = self._emit
         if key is None or cached is None:
             call = self._invoker.invoke(
-                route, INVOKE, target_model, before_host, after_host, pinned, body, deadline
+                route, INVOKE, target_model, before_host, after_host, pinned, payload, deadline
             )
             if emit is None:
                 return await call
@@ -348,7 +351,7 @@ class Gateway:
             before_host,
             after_host,
             pinned,
-            body,
+            payload,
             deadline,
         )
         loaded = cached.get_or_load(load, key, cache_ttl or route.config.cache_ttl_s)
@@ -414,7 +417,7 @@ class Gateway:
     def invoke_stream(
         self,
         endpoint: str,
-        body: bytes,
+        body: Buffer,
         *,
         content_type: str | None = None,
         accept: str | None = None,
@@ -451,7 +454,7 @@ class Gateway:
         return self.invoke_stream_members(endpoint, body, members, timeout)
 
     def invoke_stream_members(
-        self, endpoint: str, body: bytes, members: tuple[object, ...], timeout: float | None = None
+        self, endpoint: str, body: Buffer, members: tuple[object, ...], timeout: float | None = None
     ) -> InvokeStream:
         """``invoke_stream`` with the members as a tuple (``_api.INVOKE_STREAM.headers`` order)."""
         stream = InvokeStream()
@@ -464,7 +467,7 @@ class Gateway:
         self,
         into: InvokeStream,
         endpoint: str,
-        body: bytes,
+        body: Buffer,
         members: tuple[object, ...],
         timeout: float | None,
     ) -> OpenedStream:
@@ -474,14 +477,14 @@ class Gateway:
         else:
             _check_timeout(timeout)
         deadline = time.monotonic() + timeout
-        check_payload(body)
+        payload = payload_bytes(body)
         request = prepared(
             plan,
             INVOKE_STREAM,
             before_host_headers(INVOKE_STREAM, members),
             sagemaker_headers(INVOKE_STREAM, members),
             members[_STREAM_VARIANT] is not None,
-            body,
+            payload,
         )
         await self._ensure_credentials()
         stream, finish = await self._invoker.open_stream(route, state, plan, request, deadline)
@@ -494,7 +497,7 @@ class Gateway:
         endpoint: str,
         *,
         input_location: str | None = None,
-        body: bytes | None = None,
+        body: Buffer | None = None,
         content_type: str | None = None,
         accept: str | None = None,
         custom_attributes: str | None = None,
@@ -527,16 +530,16 @@ class Gateway:
     async def invoke_async_members(
         self,
         endpoint: str,
-        body: bytes | None,
+        body: Buffer | None,
         members: tuple[object, ...],
         timeout: float | None = None,
     ) -> AsyncInvocation:
         """``invoke_async`` with the members as one tuple (``_api.INVOKE_ASYNC.headers`` order)."""
-        if body is not None and len(body) > MAX_ASYNC_BODY_BYTES:
-            raise errors.InvalidRequest(
-                f"Body: {len(body)} bytes exceeds InvokeEndpointAsync's limit of "
-                f"{MAX_ASYNC_BODY_BYTES}"
-            )
+        payload = (
+            b""
+            if body is None
+            else payload_bytes(body, MAX_ASYNC_BODY_BYTES, "InvokeEndpointAsync")
+        )
         route, state, plan = self._pick_single(endpoint)
         if timeout is None:
             timeout = route.timeout_s or self._default_timeout
@@ -549,7 +552,7 @@ class Gateway:
             before_host_headers(INVOKE_ASYNC, members),
             sagemaker_headers(INVOKE_ASYNC, members),
             True,
-            body or b"",
+            payload,
         )
         await self._ensure_credentials()
         response = await self._invoker.send_once(route, state, plan, request, deadline, (200, 202))
