@@ -6,11 +6,13 @@
 Sans-IO: header pairs and bytes in, typed values out. The transports under
 ``gateway/_http`` move the bytes; this module knows what they mean.
 
-The vocabulary itself (``operations()``: every operation's request and
-response members, their keywords, headers, bounds and signing order) is read
-from botocore's ``sagemaker-runtime`` service model at import, so Gateway,
-``gateway.compat``, the sidecar and the emulator share one table and a member
-botocore adds is one place to handle, not eight.
+The vocabulary itself (``operation_table()``: every operation's path, request
+and response members, their keywords, headers, bounds and signing order,
+keyed by (service, operation)) is read from botocore's service models at
+import, so Gateway, ``gateway.compat``, the sidecar, the cache key and the
+emulator share one table. A call carries its members as one tuple in the
+operation's signing order (``Operation.headers``): a member botocore adds is
+sent, relayed and keyed with no code change.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import botocore.session
 import orjson
@@ -27,6 +29,9 @@ from botocore import xform_name
 from gateway import errors
 from gateway._http.message import Origin, RawResponse, headers_from_raw, split_head
 from gateway._http.request import PreparedRequest, RequestSigner
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 MAX_PAYLOAD_BYTES = 6 * 1024 * 1024
 
@@ -43,6 +48,16 @@ _CONTROL_IN_HEADER = re.compile(r"[\x01-\x08\x0e-\x1b\x7f]")
 # -- the vocabulary, from botocore's service model ------------------------------
 
 SERVICE_NAME = "sagemaker-runtime"
+# The runtimes the table holds, each loaded when the installed botocore has its model.
+SERVICE_NAMES = (
+    SERVICE_NAME,
+    "sagemaker-inference-router-runtime",
+    "sagemaker-gateway-runtime",
+)
+# Members that cannot change a model's answer, and so stay out of the prediction
+# cache's key: InferenceId only labels the call in SageMaker's logs and output.
+# (A call with a SessionId is never answered from the cache at all.)
+NOT_IN_CACHE_KEY = frozenset({"InferenceId"})
 # Keywords that differ from botocore's snake_case of the member name (kept
 # for the callers that already use them).
 _KEYWORD_OVERRIDES = {"InferenceComponentName": "inference_component"}
@@ -64,11 +79,27 @@ class Member:
 
 
 @dataclass(frozen=True, slots=True)
-class Operation:
-    """One SageMaker Runtime operation: its path, request and response members."""
+class Service:
+    """One runtime service of the table: where its hosts are and how it is signed."""
 
+    name: str  # botocore's service name: "sagemaker-runtime"
+    endpoint_prefix: str  # the host's leading labels: "runtime.sagemaker"
+    signing_name: str  # SigV4's service: "sagemaker"
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """One runtime operation: its path, request and response members.
+
+    A call's members travel as one tuple aligned with ``headers`` (signing
+    order, None where unset); ``header_index`` finds a header's place in it.
+    """
+
+    service: Service
     name: str  # "InvokeEndpoint"
-    action: str  # the path after /endpoints/{EndpointName}/
+    uri: str  # "/endpoints/{EndpointName}/invocations"
+    uri_member: str  # the member the path names: "EndpointName"
+    action: str  # the path after its last "/"
     success_status: int
     request: tuple[Member, ...]  # in the model's order
     response: tuple[Member, ...]
@@ -81,7 +112,23 @@ class Operation:
     by_name: Mapping[str, Member]
     by_keyword: Mapping[str, Member]
     by_header: Mapping[str, Member]
+    header_index: Mapping[str, int]  # lower-case header -> its place in ``headers``
+    name_index: Mapping[str, int]  # member name -> its place in ``headers``
+    # Places in ``headers`` of the members the cache key covers (all but NOT_IN_CACHE_KEY).
+    keyed: tuple[int, ...]
     input_shape: Any  # botocore's (compat validates with it, as botocore does)
+
+    def path(self, name: str) -> str:
+        """The request path for the resource ``name`` (an endpoint, a router...)."""
+        return self.uri.replace("{" + self.uri_member + "}", name)
+
+    def index(self, member: str) -> int:
+        """The place of header member ``member`` in a call's member tuple (-1: none)."""
+        return self.name_index.get(member, -1)
+
+    def values(self, members: Mapping[str, object]) -> tuple[object, ...]:
+        """Header members by name (None: unset) as the call's member tuple."""
+        return tuple([members.get(member.name) for member in self.headers])
 
 
 def _member(name: str, shape: Any, required: bool) -> Member:
@@ -102,15 +149,19 @@ def _member(name: str, shape: Any, required: bool) -> Member:
     )
 
 
-def _operation(model: Any) -> Operation:
+def _operation(service: Service, model: Any) -> Operation:
     request_shape, response_shape = model.input_shape, model.output_shape
     required = set(request_shape.required_members)
     request = tuple(_member(n, s, n in required) for n, s in request_shape.members.items())
     response = tuple(_member(n, s, False) for n, s in response_shape.members.items())
     headers = tuple(sorted((m for m in request if m.header), key=lambda m: m.header))
     uri = model.http["requestUri"]
+    uri_member = next((m.name for m in request if m.location == "uri"), "")
     return Operation(
+        service=service,
         name=model.name,
+        uri=uri,
+        uri_member=uri_member,
         action=uri.rsplit("/", 1)[-1],
         success_status=int(model.http.get("responseCode", 200)),
         request=request,
@@ -122,17 +173,40 @@ def _operation(model: Any) -> Operation:
         by_name={m.name: m for m in request},
         by_keyword={m.keyword: m for m in request},
         by_header={m.header: m for m in headers},
+        header_index={m.header: i for i, m in enumerate(headers)},
+        name_index={m.name: i for i, m in enumerate(headers)},
+        keyed=tuple(i for i, m in enumerate(headers) if m.name not in NOT_IN_CACHE_KEY),
         input_shape=request_shape,
     )
 
 
-def _load_operations() -> dict[str, Operation]:
-    model = botocore.session.get_session().get_service_model(SERVICE_NAME)
-    return {name: _operation(model.operation_model(name)) for name in model.operation_names}
+def _load_table() -> dict[tuple[str, str], Operation]:
+    session = botocore.session.get_session()
+    available = set(session.get_available_services())
+    table: dict[tuple[str, str], Operation] = {}
+    for service_name in SERVICE_NAMES:
+        if service_name not in available:
+            continue  # an older botocore: that runtime is not in the table
+        model = session.get_service_model(service_name)
+        metadata = model.metadata
+        service = Service(
+            service_name,
+            metadata["endpointPrefix"],
+            metadata.get("signingName") or metadata["endpointPrefix"],
+        )
+        for name in model.operation_names:
+            table[(service_name, name)] = _operation(service, model.operation_model(name))
+    return table
 
 
-# Loaded once, at import (botocore's loader reads one JSON file: milliseconds).
-_OPERATIONS = _load_operations()
+# Loaded once, at import (botocore's loader reads one JSON file per service: milliseconds).
+_TABLE = _load_table()
+_OPERATIONS = {name: op for (service, name), op in _TABLE.items() if service == SERVICE_NAME}
+
+
+def operation_table() -> Mapping[tuple[str, str], Operation]:
+    """Every operation of every runtime in :data:`SERVICE_NAMES`, by (service, operation)."""
+    return _TABLE
 
 
 def operations() -> Mapping[str, Operation]:
@@ -191,20 +265,19 @@ def check_integer(member: Member, value: object) -> str:
 # Validated before-host headers per (operation, values): most callers send the
 # same few content types, so each is checked once.
 _BEFORE_HOST: dict[tuple[str, tuple[object, ...]], tuple[tuple[str, str], ...]] = {}
-_INVOKE_TYPES: dict[tuple[str | None, str | None], tuple[tuple[str, str], ...]] = {}
 _MAX_BEFORE_HOST = 4096
 
 
 def before_host_headers(
-    operation: Operation, values: Mapping[str, object]
+    operation: Operation, values: tuple[object, ...]
 ) -> tuple[tuple[str, str], ...]:
     """The members' headers that sort before ``host`` (``accept``, ``content-type``), checked.
 
-    ``values`` maps keywords to values; None is left out. A shape seen before
-    is not checked again.
+    ``values`` is the call's member tuple (see :class:`Operation`); None is
+    left out. A shape seen before is not checked again.
     """
     members = operation.before_host
-    key = (operation.name, tuple([values.get(member.keyword) for member in members]))
+    key = (operation.name, values[: len(members)])
     headers = _BEFORE_HOST.get(key)
     if headers is None:
         headers = tuple(
@@ -219,29 +292,19 @@ def before_host_headers(
     return headers
 
 
-def invoke_type_headers(
-    content_type: str | None, accept: str | None
-) -> tuple[tuple[str, str], ...]:
-    """InvokeEndpoint's :func:`before_host_headers`, without building a mapping (the hot path)."""
-    headers = _INVOKE_TYPES.get((content_type, accept))
-    if headers is None:
-        headers = before_host_headers(INVOKE, {"accept": accept, "content_type": content_type})
-        if len(_INVOKE_TYPES) < _MAX_BEFORE_HOST:
-            _INVOKE_TYPES[(content_type, accept)] = headers
-    return headers
-
-
-def sagemaker_headers(operation: Operation, values: Mapping[str, object]) -> list[tuple[str, str]]:
+def sagemaker_headers(operation: Operation, values: tuple[object, ...]) -> list[tuple[str, str]]:
     """The headers after ``host`` (``x-amzn-sagemaker-*``) for ``values``, in signing order.
 
-    ``values`` maps keywords to values; None is left out; every value is
+    ``values`` is the call's member tuple; None is left out; every value is
     checked against the model.
     """
     headers: list[tuple[str, str]] = []
-    for member in operation.after_host:
-        value = values.get(member.keyword)
+    members = operation.headers
+    for index in range(len(operation.before_host), len(members)):
+        value = values[index]
         if value is None:
             continue
+        member = members[index]
         if member.kind == "integer":
             headers.append((member.header, check_integer(member, value)))
         else:
@@ -297,23 +360,54 @@ def check_header_value(name: str, value: str) -> str:
     return " ".join(value.split())
 
 
+def payload_bytes(body: Buffer, limit: int = MAX_PAYLOAD_BYTES, operation: str = "") -> bytes:
+    """A call's body as bytes, refused with InvalidRequest when it is not binary or too large.
+
+    Typed as a buffer, not ``bytes``: a compiled build checks a ``bytes``
+    parameter itself and would raise a bare TypeError for a ``str``.
+    """
+    if isinstance(body, bytes):
+        payload = body
+    elif isinstance(body, bytearray | memoryview):
+        payload = bytes(body)
+    else:
+        kind = type(body).__name__
+        hint = " (encode it first, e.g. text.encode())" if isinstance(body, str) else ""
+        raise errors.InvalidRequest(f"Body: must be bytes, got {kind}{hint}")
+    if len(payload) > limit:
+        where = f"{operation}'s limit" if operation else "SageMaker's limit"
+        raise errors.InvalidRequest(f"Body: {len(payload)} bytes exceeds {where} of {limit}")
+    return payload
+
+
 def check_payload(body: bytes) -> None:
-    if len(body) > MAX_PAYLOAD_BYTES:
-        raise errors.InvalidRequest(
-            f"payload of {len(body)} bytes exceeds SageMaker's limit of {MAX_PAYLOAD_BYTES}"
-        )
+    payload_bytes(body)
 
 
-# Response headers InvokeResult exposes, by the raw lower-case name.
+# InvokeResult's attribute for a response member, where it is not the member's keyword.
+_RESULT_ATTRIBUTES: Final = {"InvokedProductionVariant": "invoked_variant"}
+# InvokeEndpoint's header-bound output members, each with the InvokeResult field
+# that holds it: what a relay or compat answers with, read from the model.
+RESULT_MEMBERS: Final = tuple(
+    (m, _RESULT_ATTRIBUTES.get(m.name, m.keyword))
+    for m in INVOKE.response
+    if m.location == "header"
+)
+# Response headers InvokeResult reads, by the raw lower-case name: those members,
+# then the request id.
 _RESULT_FIELDS: Final = {
-    b"content-type": "content_type",
-    b"x-amzn-invoked-production-variant": "invoked_variant",
-    b"x-amzn-sagemaker-custom-attributes": "custom_attributes",
+    **{m.header.encode(): field for m, field in RESULT_MEMBERS},
     b"x-amzn-requestid": "request_id",
-    b"x-amzn-sagemaker-new-session-id": "new_session_id",
-    b"x-amzn-sagemaker-closed-session-id": "closed_session_id",
 }
-_FIELD_NAMES = tuple(_RESULT_FIELDS.values())
+# The fields the constructor takes, in its order.
+_FIELD_NAMES = (
+    "content_type",
+    "invoked_variant",
+    "custom_attributes",
+    "request_id",
+    "new_session_id",
+    "closed_session_id",
+)
 _NO_FIELDS = (None,) * len(_FIELD_NAMES)
 _REQUEST_ID: Final = b"x-amzn-requestid"
 _FOLD_STARTS: Final = (32, 9)  # space, tab: a line starting with one continues the last
@@ -386,6 +480,10 @@ class InvokeResult:
                 if field_name is not None:
                     fields[field_name] = raw_value.decode("latin-1")
         return fields.get(name)
+
+    def field(self, keyword: str) -> str | None:
+        """A header-bound response member by its keyword (``"new_session_id"``), or None."""
+        return self._field(keyword)
 
     @property
     def content_type(self) -> str | None:

@@ -4,7 +4,7 @@
 """What ``Gateway`` does around the prediction cache.
 
 The cache package knows nothing of SageMaker; this module maps a call onto
-it: which call arguments make the cache key, which version tag a route's
+it: which members of a call make the cache key, which version tag a route's
 answers carry, how an ``InvokeResult`` becomes a cache ``Entry`` and back,
 and the near-tier peek / get-or-load sequence ``Gateway.invoke`` runs.
 """
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from gateway._api import InvokeResult
+from gateway._api import InvokeResult, Operation
 from gateway.cache import CacheSource, Entry, PredictionCache
 
-__all__ = ["CachedCalls"]
+__all__ = ["CachedCalls", "KeyLayout"]
 
 # Metadata a cached answer must give back, as cache.Entry.meta names it.
 _META_VARIANT = "variant"
@@ -43,22 +43,23 @@ class CachedCalls:
     def cache(self) -> PredictionCache:
         return self._cache
 
-    def key(
-        self,
-        route: str,
-        model: str | None,
-        variant: str | None,
-        attributes: str | None,
-        hostname: str | None,
-        component: str | None,
-        content_type: str | None,
-        accept: str | None,
-        body: bytes,
-    ) -> str:
-        """The cache key of one call: everything that can change the model's answer."""
-        variant_key = _variant_key(variant, attributes, hostname, component)
+    def key(self, route: str, layout: KeyLayout, values: tuple[object, ...], body: bytes) -> str:
+        """The cache key of one call: every member it sends but ``NOT_IN_CACHE_KEY``, and the body.
+
+        ``values`` is the call's member tuple (``Operation.headers`` order).
+        """
+        model = _text(values, layout.model)
+        variant_key = _members_key(values, layout)
         version = self._versions.lookup(route, model)
-        return self._cache.key_for(route, model, variant_key, content_type, accept, version, body)
+        return self._cache.key_for(
+            route,
+            model,
+            variant_key,
+            _text(values, layout.content_type),
+            _text(values, layout.accept),
+            version,
+            body,
+        )
 
     def peek(self, key: str) -> InvokeResult | None:
         """A fresh near-tier answer, or None. Synchronous: the hit path awaits nothing."""
@@ -91,23 +92,71 @@ class CachedCalls:
         self._versions.set(endpoint, target_model, version)
 
 
-def _variant_key(
-    variant: str | None, attributes: str | None, hostname: str | None, component: str | None
-) -> str | None:
-    """Everything besides the body that can change a model's answer, as one key part.
+class KeyLayout:
+    """Where an operation's members go in a cache key, computed once per operation.
 
-    The common case (a variant at most) is the variant itself. Otherwise each
-    part is written with its length in front, so no choice of values can make
-    two different combinations read the same (a separator character could
-    occur inside a header value). A composite always holds ``:``, a plain
-    variant never does: the two forms cannot collide either.
+    TargetModel, ContentType and Accept have key fields of their own; every
+    other member the key covers (``Operation.keyed``: all but
+    ``NOT_IN_CACHE_KEY``) goes into the variant field, so a member a newer
+    model adds is in the key by default: it may cost hit rate, never a wrong
+    answer.
     """
-    if not (attributes or hostname or component or (variant and ":" in variant)):
+
+    __slots__ = ("accept", "content_type", "model", "others", "own", "variant")
+
+    def __init__(self, operation: Operation) -> None:
+        self.model = operation.index("TargetModel")
+        self.content_type = operation.index("ContentType")
+        self.accept = operation.index("Accept")
+        self.variant = operation.index("TargetVariant")
+        own = {self.model, self.content_type, self.accept, self.variant}
+        self.others: tuple[tuple[int, str], ...] = tuple(
+            (index, operation.headers[index].name) for index in operation.keyed if index not in own
+        )
+        # The key's own fields read "" as unset; an empty value sent goes in the composite.
+        self.own: tuple[tuple[int, str], ...] = tuple(
+            (index, operation.headers[index].name)
+            for index in (self.model, self.content_type, self.accept)
+            if index >= 0
+        )
+
+
+def _text(values: tuple[object, ...], index: int) -> str | None:
+    if index < 0:
+        return None
+    value = values[index]
+    return None if value is None else str(value)
+
+
+def _members_key(values: tuple[object, ...], layout: KeyLayout) -> str | None:
+    """The keyed members without a field of their own, as one key part.
+
+    The common case (a variant at most) is the variant itself. Otherwise
+    each set member is written as its name and value, each with its length
+    in front, so no choice of values can make two different combinations
+    read the same (a separator character could occur inside a header value).
+    A composite starts with ``=`` and holds ``:``; a plain variant never
+    holds ``:``: the two forms cannot collide either.
+    """
+    variant = _text(values, layout.variant)
+    parts: list[str] | None = None
+    for index, name in layout.others:
+        value = values[index]
+        if value is not None:
+            if parts is None:
+                parts = []
+            text = str(value)
+            parts.append(f"{len(name)}:{name}{len(text)}:{text}")
+    for index, name in layout.own:
+        if values[index] == "":
+            if parts is None:
+                parts = []
+            parts.append(f"{len(name)}:{name}0:")
+    if parts is None and (variant is None or (variant and ":" not in variant)):
         return variant
-    return "".join(
-        f"{len(part)}:{part}"
-        for part in (variant or "", attributes or "", hostname or "", component or "")
-    )
+    if variant is not None:
+        parts = [f"13:TargetVariant{len(variant)}:{variant}", *(parts or ())]
+    return "=" + "".join(parts or ())
 
 
 def _entry_from_result(result: InvokeResult) -> Entry:

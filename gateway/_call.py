@@ -47,9 +47,11 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
 from gateway import errors
 from gateway._api import (
+    INVOKE,
     InvokeResult,
+    Operation,
+    before_host_headers,
     decode_error,
-    invoke_type_headers,
     request_for,
     result_from_response,
 )
@@ -73,7 +75,7 @@ from gateway._http.request import PreparedRequest
 from gateway._target_plans import TargetPlan, TargetPlanner
 from gateway.routing import Outcome, Route, TargetState
 
-__all__ = ["CallSpec", "Invoker", "new_event", "record"]
+__all__ = ["CallSpec", "Invoker", "new_event", "prepared", "record"]
 
 _SUCCESS = Outcome.SUCCESS
 _FAILURE = Outcome.FAILURE
@@ -89,6 +91,7 @@ class CallSpec:
     """One invoke call, as the pipeline needs it."""
 
     route: Route
+    operation: Operation
     model: str | None
     before_host: tuple[tuple[str, str], ...]  # accept, content-type: they sort before host
     after_host: list[tuple[str, str]]  # x-amzn-sagemaker-*, sorted
@@ -100,26 +103,25 @@ class CallSpec:
     payload_hash: str = ""
 
 
-def _prepared(
+_TARGET_VARIANT: Final = "x-amzn-sagemaker-target-variant"
+
+
+def prepared(
     plan: TargetPlan,
+    operation: Operation,
     before_host: tuple[tuple[str, str], ...],
     after_host: list[tuple[str, str]],
     variant_pinned: bool,
     body: bytes,
-    payload_hash: str,
+    payload_hash: str = "",
 ) -> PreparedRequest:
-    if plan.variant is not None and not variant_pinned:
-        # The target's variant, unless the caller named one; it sorts last.
-        after_host = [*after_host, ("x-amzn-sagemaker-target-variant", plan.variant)]
+    """The request of ``operation`` to ``plan``'s target: the one builder every call uses."""
+    if plan.variant is not None and not variant_pinned and _TARGET_VARIANT in operation.by_header:
+        # The target's variant, unless the caller named one; no member sorts after it.
+        after_host = [*after_host, (_TARGET_VARIANT, plan.variant)]
+    path, prefix = plan.path_of(operation)
     return request_for(
-        plan.origin,
-        plan.invoke_path,
-        plan.invoke_prefix,
-        plan.signer,
-        before_host,
-        after_host,
-        body,
-        payload_hash,
+        plan.origin, path, prefix, plan.signer, before_host, after_host, body, payload_hash
     )
 
 
@@ -242,8 +244,9 @@ class Invoker:
 
     def _request(self, call: CallSpec, plan: TargetPlan) -> PreparedRequest:
         call.attempts += 1
-        return _prepared(
+        return prepared(
             plan,
+            call.operation,
             call.before_host,
             call.after_host,
             call.variant_pinned,
@@ -288,6 +291,7 @@ class Invoker:
     async def invoke(
         self,
         route: Route,
+        operation: Operation,
         model: str | None,
         before_host: tuple[tuple[str, str], ...],
         after_host: list[tuple[str, str]],
@@ -311,13 +315,13 @@ class Invoker:
             delay = route.hedge_delay()
             if delay is not None and time.monotonic() + delay < deadline:
                 call = CallSpec(
-                    route, model, before_host, after_host, variant_pinned, body, deadline
+                    route, operation, model, before_host, after_host, variant_pinned, body, deadline
                 )
                 return await self._invoke_hedged(call, state, delay)
         # Planned before the attempt starts: a bad endpoint name fails here, unrecorded.
         plan = self._plans.get(state) or self.plan(route, state)
         started = route.start(state)
-        request = _prepared(plan, before_host, after_host, variant_pinned, body, "")
+        request = prepared(plan, operation, before_host, after_host, variant_pinned, body)
         try:
             response = await self._transport.request(request, deadline)
             if response.status == 200:
@@ -326,7 +330,9 @@ class Invoker:
             failure: BaseException = decode_error(response)
         except BaseException as error:  # recorded below, then retried or re-raised
             failure = error
-        call = CallSpec(route, model, before_host, after_host, variant_pinned, body, deadline)
+        call = CallSpec(
+            route, operation, model, before_host, after_host, variant_pinned, body, deadline
+        )
         call.attempts = 1
         call.payload_hash = request.payload_hash  # hashed once, whatever the attempts
         self._finish(call, state, started, failure, PRIMARY)
@@ -576,16 +582,8 @@ class Invoker:
         plan = self.plan(route, state)
         try:
             # A probe whose content type cannot be sent fails like any other.
-            before_host = invoke_type_headers(content_type, None)
-            request = request_for(
-                plan.origin,
-                plan.invoke_path,
-                plan.invoke_prefix,
-                plan.signer,
-                before_host,
-                [],
-                body,
-            )
+            values = INVOKE.values({"ContentType": content_type})
+            request = prepared(plan, INVOKE, before_host_headers(INVOKE, values), [], True, body)
             response = await self._transport.request(request, time.monotonic() + 1.0)
         except errors.GatewayError:
             return False

@@ -16,10 +16,10 @@ import contextlib
 import functools
 import math
 import time
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Final, Self
 
 from mypy_extensions import mypyc_attr
 
@@ -34,14 +34,12 @@ from gateway._api import (
     async_invocation_from_response,
     before_host_headers,
     check_endpoint_name,
-    check_payload,
-    invoke_type_headers,
-    request_for,
+    payload_bytes,
     sagemaker_headers,
 )
-from gateway._aws.sigv4 import Credentials, SigV4Signer
-from gateway._cached import CachedCalls
-from gateway._call import Invoker, code_of, new_event
+from gateway._aws.sigv4 import Credentials
+from gateway._cached import CachedCalls, KeyLayout
+from gateway._call import Invoker, code_of, new_event, prepared
 from gateway._config import GatewayConfig, PoolConfig
 from gateway._credentials import CredentialSource
 from gateway._events import (
@@ -80,11 +78,20 @@ from gateway.routing import (
     TargetState,
 )
 
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
 __all__ = ["Gateway", "InvokeStream"]
 
 # Generous upper bound for a call with no timeout: SageMaker's own 60 s
 # container limit plus transfer time.
 _NO_TIMEOUT_S = 70.0
+# Places in the member tuples that the call itself reads.
+_MODEL: Final = INVOKE.index("TargetModel")
+_SESSION: Final = INVOKE.index("SessionId")
+_VARIANT: Final = INVOKE.index("TargetVariant")
+_STREAM_VARIANT: Final = INVOKE_STREAM.index("TargetVariant")
+_INVOKE_KEY: Final = KeyLayout(INVOKE)
 
 
 # Users (and tests) subclass Gateway; mypyc compiles this module, and a
@@ -235,10 +242,10 @@ class Gateway:
 
     # -- calls ---------------------------------------------------------------
 
-    async def invoke(
+    def invoke(
         self,
         endpoint: str,
-        body: bytes,
+        body: Buffer,
         *,
         content_type: str | None = None,
         accept: str | None = None,
@@ -254,8 +261,8 @@ class Gateway:
         timeout: float | None = None,
         cache: bool | None = None,
         cache_ttl: float | None = None,
-    ) -> InvokeResult:
-        """InvokeEndpoint through the route named ``endpoint``.
+    ) -> Coroutine[Any, Any, InvokeResult]:
+        """InvokeEndpoint through the route named ``endpoint`` (await the result).
 
         ``timeout`` (seconds) is the call's one deadline: pool waits, attempts,
         hedges, backoffs and retries all spend from it. ``cache=False`` skips
@@ -264,6 +271,37 @@ class Gateway:
         ``[cache]`` table's.
         Raises a :class:`gateway.errors.GatewayError` subclass on failure.
         """
+        # The members in InvokeEndpoint's signing order (_api.INVOKE.headers).
+        members = (
+            accept,
+            content_type,
+            custom_attributes,
+            enable_explanations,
+            inference_component,
+            inference_id,
+            prefix_aware_id,
+            session_id,
+            target_container_hostname,
+            target_model,
+            target_variant,
+        )
+        return self.invoke_members(endpoint, body, members, timeout, cache, cache_ttl)
+
+    async def invoke_members(
+        self,
+        endpoint: str,
+        body: Buffer,
+        members: tuple[object, ...],
+        timeout: float | None = None,
+        cache: bool | None = None,
+        cache_ttl: float | None = None,
+    ) -> InvokeResult:
+        """InvokeEndpoint with its header members as one tuple, in ``_api.INVOKE.headers`` order.
+
+        For relays (the sidecar, ``gateway.compat``) that hold the members by
+        name or header: every member of the installed model is sent and keyed,
+        none spelled out here.
+        """
         if not self._started:
             raise errors.GatewayError("the gateway is not started: use 'async with Gateway(...)'")
         route = self._resolve(endpoint)
@@ -271,69 +309,36 @@ class Gateway:
             timeout = route.timeout_s or self._default_timeout
         else:
             _check_timeout(timeout)
-        check_payload(body)
-        before_host = invoke_type_headers(content_type, accept)
+        payload = payload_bytes(body)
+        before_host = before_host_headers(INVOKE, members)
+        model = members[_MODEL]
+        target_model = None if model is None else str(model)
         # A session is stateful on the far side: never answer it from a cache.
         key: str | None = None
         cached = self._cached
         if (
             cached is not None
-            and session_id is None
+            and members[_SESSION] is None
             and (route.config.cache if cache is None else cache)
         ):
             if cached.versions_due(route.name):  # the fleet's version tags, re-read
                 await cached.refresh_versions(route.name)
-            key = cached.key(
-                route.name,
-                target_model,
-                target_variant,
-                custom_attributes,
-                target_container_hostname,
-                inference_component,
-                content_type,
-                accept,
-                body,
-            )
+            key = cached.key(route.name, _INVOKE_KEY, members, payload)
             hit = cached.peek(key)
             if hit is not None:
                 if self._emit is not None:
                     self._emit_cached_call(self._emit, route.name, target_model, hit)
                 return hit  # nothing else to build
-        after_host: list[tuple[str, str]] = []
-        if (
-            target_model
-            or target_variant
-            or custom_attributes
-            or inference_id
-            or session_id
-            or target_container_hostname
-            or enable_explanations
-            or inference_component
-            or prefix_aware_id
-        ):
-            after_host = sagemaker_headers(
-                INVOKE,
-                {
-                    "custom_attributes": custom_attributes,
-                    "enable_explanations": enable_explanations,
-                    "inference_component": inference_component,
-                    "inference_id": inference_id,
-                    "prefix_aware_id": prefix_aware_id,
-                    "session_id": session_id,
-                    "target_container_hostname": target_container_hostname,
-                    "target_model": target_model,
-                    "target_variant": target_variant,
-                },
-            )
+        after_host = sagemaker_headers(INVOKE, members)
         deadline = time.monotonic() + timeout
         credentials = self._credentials
         if credentials is not None and credentials.must_wait():
             await credentials.fresh()  # only inside the mandatory window
-        pinned = target_variant is not None
+        pinned = members[_VARIANT] is not None
         emit = self._emit
         if key is None or cached is None:
             call = self._invoker.invoke(
-                route, target_model, before_host, after_host, pinned, body, deadline
+                route, INVOKE, target_model, before_host, after_host, pinned, payload, deadline
             )
             if emit is None:
                 return await call
@@ -341,11 +346,12 @@ class Gateway:
         load = functools.partial(
             self._invoker.invoke,
             route,
+            INVOKE,
             target_model,
             before_host,
             after_host,
             pinned,
-            body,
+            payload,
             deadline,
         )
         loaded = cached.get_or_load(load, key, cache_ttl or route.config.cache_ttl_s)
@@ -411,7 +417,7 @@ class Gateway:
     def invoke_stream(
         self,
         endpoint: str,
-        body: bytes,
+        body: Buffer,
         *,
         content_type: str | None = None,
         accept: str | None = None,
@@ -433,24 +439,27 @@ class Gateway:
         mid-stream raises ModelError / InternalFailure. Streams are routed but
         never hedged or retried: a partly delivered stream cannot be replayed.
         """
+        # The members in the operation's signing order (_api.INVOKE_STREAM.headers).
+        members = (
+            content_type,
+            accept,
+            custom_attributes,
+            inference_component,
+            inference_id,
+            prefix_aware_id,
+            session_id,
+            target_container_hostname,
+            target_variant,
+        )
+        return self.invoke_stream_members(endpoint, body, members, timeout)
+
+    def invoke_stream_members(
+        self, endpoint: str, body: Buffer, members: tuple[object, ...], timeout: float | None = None
+    ) -> InvokeStream:
+        """``invoke_stream`` with the members as a tuple (``_api.INVOKE_STREAM.headers`` order)."""
         stream = InvokeStream()
         stream._parts = payload_parts(
-            functools.partial(
-                self._open_stream,
-                stream,
-                endpoint,
-                body,
-                content_type=content_type,
-                accept=accept,
-                target_variant=target_variant,
-                target_container_hostname=target_container_hostname,
-                inference_id=inference_id,
-                custom_attributes=custom_attributes,
-                inference_component=inference_component,
-                session_id=session_id,
-                prefix_aware_id=prefix_aware_id,
-                timeout=timeout,
-            )
+            functools.partial(self._open_stream, stream, endpoint, body, members, timeout)
         )
         return stream
 
@@ -458,17 +467,8 @@ class Gateway:
         self,
         into: InvokeStream,
         endpoint: str,
-        body: bytes,
-        *,
-        content_type: str | None,
-        accept: str | None,
-        target_variant: str | None,
-        target_container_hostname: str | None,
-        inference_id: str | None,
-        custom_attributes: str | None,
-        inference_component: str | None,
-        session_id: str | None,
-        prefix_aware_id: str | None,
+        body: Buffer,
+        members: tuple[object, ...],
         timeout: float | None,
     ) -> OpenedStream:
         route, state, plan = self._pick_single(endpoint)
@@ -477,23 +477,15 @@ class Gateway:
         else:
             _check_timeout(timeout)
         deadline = time.monotonic() + timeout
-        values = {
-            "accept": accept,
-            "content_type": content_type,
-            "custom_attributes": custom_attributes,
-            "inference_component": inference_component,
-            "inference_id": inference_id,
-            "prefix_aware_id": prefix_aware_id,
-            "session_id": session_id,
-            "target_container_hostname": target_container_hostname,
-            "target_variant": target_variant or plan.variant,
-        }
-        before_host = before_host_headers(INVOKE_STREAM, values)
-        after_host = sagemaker_headers(INVOKE_STREAM, values)
-        path = f"/endpoints/{plan.endpoint}/invocations-response-stream"
-        check_payload(body)
-        prefix = SigV4Signer.request_prefix("POST", path)
-        request = request_for(plan.origin, path, prefix, plan.signer, before_host, after_host, body)
+        payload = payload_bytes(body)
+        request = prepared(
+            plan,
+            INVOKE_STREAM,
+            before_host_headers(INVOKE_STREAM, members),
+            sagemaker_headers(INVOKE_STREAM, members),
+            members[_STREAM_VARIANT] is not None,
+            payload,
+        )
         await self._ensure_credentials()
         stream, finish = await self._invoker.open_stream(route, state, plan, request, deadline)
         into.response_headers = stream.headers
@@ -505,7 +497,7 @@ class Gateway:
         endpoint: str,
         *,
         input_location: str | None = None,
-        body: bytes | None = None,
+        body: Buffer | None = None,
         content_type: str | None = None,
         accept: str | None = None,
         custom_attributes: str | None = None,
@@ -521,34 +513,46 @@ class Gateway:
         ``body`` (at most 128,000 bytes, as SageMaker allows) is sent inline.
         ``filename`` and ``s3_output_path_extension`` shape the output's S3 key.
         """
-        if body is not None and len(body) > MAX_ASYNC_BODY_BYTES:
-            raise errors.InvalidRequest(
-                f"Body: {len(body)} bytes exceeds InvokeEndpointAsync's limit of "
-                f"{MAX_ASYNC_BODY_BYTES}"
-            )
+        # The members in the operation's signing order (_api.INVOKE_ASYNC.headers).
+        members = (
+            accept,
+            content_type,
+            custom_attributes,
+            filename,
+            inference_id,
+            input_location,
+            invocation_timeout_seconds,
+            request_ttl_seconds,
+            s3_output_path_extension,
+        )
+        return await self.invoke_async_members(endpoint, body, members, timeout)
+
+    async def invoke_async_members(
+        self,
+        endpoint: str,
+        body: Buffer | None,
+        members: tuple[object, ...],
+        timeout: float | None = None,
+    ) -> AsyncInvocation:
+        """``invoke_async`` with the members as one tuple (``_api.INVOKE_ASYNC.headers`` order)."""
+        payload = (
+            b""
+            if body is None
+            else payload_bytes(body, MAX_ASYNC_BODY_BYTES, "InvokeEndpointAsync")
+        )
         route, state, plan = self._pick_single(endpoint)
         if timeout is None:
             timeout = route.timeout_s or self._default_timeout
         else:
             _check_timeout(timeout)
         deadline = time.monotonic() + timeout
-        values: dict[str, object] = {
-            "accept": accept,
-            "content_type": content_type,
-            "custom_attributes": custom_attributes,
-            "filename": filename,
-            "inference_id": inference_id,
-            "input_location": input_location,
-            "invocation_timeout_seconds": invocation_timeout_seconds,
-            "request_ttl_seconds": request_ttl_seconds,
-            "s3_output_path_extension": s3_output_path_extension,
-        }
-        before_host = before_host_headers(INVOKE_ASYNC, values)
-        after_host = sagemaker_headers(INVOKE_ASYNC, values)
-        path = f"/endpoints/{plan.endpoint}/async-invocations"
-        prefix = SigV4Signer.request_prefix("POST", path)
-        request = request_for(
-            plan.origin, path, prefix, plan.signer, before_host, after_host, body or b""
+        request = prepared(
+            plan,
+            INVOKE_ASYNC,
+            before_host_headers(INVOKE_ASYNC, members),
+            sagemaker_headers(INVOKE_ASYNC, members),
+            True,
+            payload,
         )
         await self._ensure_credentials()
         response = await self._invoker.send_once(route, state, plan, request, deadline, (200, 202))

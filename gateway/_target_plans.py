@@ -5,7 +5,7 @@
 
 Resolved once at start, with botocore (region, runtime URLs, credential
 chain), then per target on first use: its origin, its region's signer, its
-invoke path. The pipeline asks this module for a plan; nothing
+request paths. The pipeline asks this module for a plan; nothing
 here calls back into ``Gateway``.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from gateway import errors
-from gateway._api import check_endpoint_name, check_header_value
+from gateway._api import Operation, check_endpoint_name, check_header_value
 from gateway._aws.sigv4 import SigV4Signer
 from gateway._config import GatewayConfig
 from gateway._credentials import CredentialSource, botocore_fetcher
@@ -27,13 +27,12 @@ __all__ = ["TargetPlan", "TargetPlanner"]
 
 
 class TargetPlan:
-    """Everything about one target computed once: where, which path, which signer."""
+    """Everything about one target computed once: where, which paths, which signer."""
 
     __slots__ = (
+        "_paths",
         "endpoint",
         "host",
-        "invoke_path",
-        "invoke_prefix",
         "origin",
         "signer",
         "variant",
@@ -51,8 +50,17 @@ class TargetPlan:
         self.host = origin.host_header
         self.signer = signer
         self.variant = variant
-        self.invoke_path = f"/endpoints/{endpoint}/invocations"
-        self.invoke_prefix = SigV4Signer.request_prefix("POST", self.invoke_path)
+        # Operation name -> (path, its SigV4 canonical-request prefix), on first use.
+        self._paths: dict[str, tuple[str, str]] = {}
+
+    def path_of(self, operation: Operation) -> tuple[str, str]:
+        """The request path of ``operation`` on this target, and its signing prefix."""
+        path = self._paths.get(operation.name)
+        if path is None:
+            url_path = operation.path(self.endpoint)
+            path = (url_path, SigV4Signer.request_prefix("POST", url_path))
+            self._paths[operation.name] = path
+        return path
 
 
 class TargetPlanner:

@@ -111,13 +111,18 @@ class _Operation:
 
     name: str
     path: str  # after /endpoints/{name}, for error messages
+    operation: api.Operation
     has_body: bool  # Body is required and passed positionally (not async's inline Body)
-    # API name -> (Gateway keyword, kind), every member of the model but EndpointName
-    # and a required Body, plus our Timeout.
-    params: Mapping[str, tuple[str, str]]
+    # API name -> (place, kind), every member of the model but EndpointName and a
+    # required Body, plus our Timeout. The place is the member's in the call's
+    # member tuple (Operation.headers), or _INLINE_BODY / _TIMEOUT.
+    params: Mapping[str, tuple[int, str]]
     required_params: tuple[str, ...]  # required, other than EndpointName and Body
     nonempty: frozenset[str]  # string members the model gives a minimum length
     input_shape: Any  # botocore's, for its own validation report
+
+
+_INLINE_BODY, _TIMEOUT = -1, -2
 
 
 def _operation(operation: api.Operation) -> _Operation:
@@ -125,14 +130,18 @@ def _operation(operation: api.Operation) -> _Operation:
     body = operation.by_name.get("Body")
     has_body = body is not None and body.required
     params = {
-        m.name: (m.keyword, _KINDS[m.kind])
+        m.name: (
+            operation.index(m.name) if m.location == "header" else _INLINE_BODY,
+            _KINDS[m.kind],
+        )
         for m in operation.request
-        if m.name != "EndpointName" and not (has_body and m.name == "Body")
+        if m.location != "uri" and not (has_body and m.name == "Body")
     }
-    params["Timeout"] = ("timeout", _SECONDS)  # our extension: the call's deadline
+    params["Timeout"] = (_TIMEOUT, _SECONDS)  # our extension: the call's deadline
     return _Operation(
         operation.name,
         operation.action,
+        operation,
         has_body,
         params,
         tuple(m.name for m in operation.request if m.required and m.location == "header"),
@@ -148,8 +157,35 @@ _VALIDATOR: Final = botocore.validate.ParamValidator()
 _POSITIONAL: Final = frozenset({"EndpointName", "Body"})
 
 
-def _parse(operation: _Operation, params: dict[str, Any]) -> tuple[str, bytes, dict[str, Any]]:
-    """(endpoint, body, Gateway keywords), or ParamValidationError as botocore reports it.
+@dataclass(slots=True)
+class _Call:
+    """One call's arguments as Gateway's ``*_members`` methods take them."""
+
+    endpoint: str
+    body: bytes  # the payload (b"" for InvokeEndpointAsync: see ``inline_body``)
+    members: tuple[object, ...]  # in the operation's Operation.headers order
+    timeout: float | None
+    inline_body: bytes | None = None  # InvokeEndpointAsync's optional inline Body
+
+
+def _call(operation: _Operation, endpoint: str, body: bytes, options: dict[str, Any]) -> _Call:
+    """The parsed parameters as a call: the members in their places, as given."""
+    values: list[object] = [None] * len(operation.operation.headers)
+    call = _Call(endpoint, body, (), None)
+    for key, value in options.items():
+        index = operation.params[key][0]
+        if index >= 0:
+            values[index] = value
+        elif index == _TIMEOUT:
+            call.timeout = value
+        else:
+            call.inline_body = value
+    call.members = tuple(values)
+    return call
+
+
+def _parse(operation: _Operation, params: dict[str, Any]) -> _Call:
+    """The call's arguments, or ParamValidationError as botocore reports it.
 
     ``params`` is the caller's fresh ``**kwargs`` dict, so popping from it is
     safe. The usual call (str values, bytes Body) costs one lookup per
@@ -165,7 +201,7 @@ def _parse(operation: _Operation, params: dict[str, Any]) -> tuple[str, bytes, d
             (spec[1] == _STR and type(value) is str and (value or key not in operation.nonempty))
             or (spec[1] == _SECONDS and type(value) in (float, int))
         ):
-            options[spec[0]] = value
+            options[key] = value
         elif spec is None and key in _POSITIONAL:
             continue  # EndpointName, or a required Body: read above
         else:
@@ -173,13 +209,11 @@ def _parse(operation: _Operation, params: dict[str, Any]) -> tuple[str, bytes, d
     if ok and (
         not operation.required_params or all(name in params for name in operation.required_params)
     ):
-        return endpoint, body, options
+        return _call(operation, endpoint, body, options)
     return _parse_slowly(operation, endpoint, body, params)
 
 
-def _parse_slowly(
-    operation: _Operation, endpoint: Any, body: Any, params: dict[str, Any]
-) -> tuple[str, bytes, dict[str, Any]]:
+def _parse_slowly(operation: _Operation, endpoint: Any, body: Any, params: dict[str, Any]) -> _Call:
     """botocore's own validation report, then coercions (bytearray, str, file-like blobs)."""
     # In the caller's order, as botocore reports problems in it.
     given = {key: value for key, value in params.items() if key != "Timeout"}
@@ -196,9 +230,9 @@ def _parse_slowly(
     for key, value in params.items():
         if key not in operation.params:
             continue  # EndpointName, or a required Body
-        keyword, kind = operation.params[key]
-        options[keyword] = _coerce_blob(value) if kind == _BLOB else value
-    return endpoint, _coerce_blob(body) if operation.has_body else b"", options
+        kind = operation.params[key][1]
+        options[key] = _coerce_blob(value) if kind == _BLOB else value
+    return _call(operation, endpoint, _coerce_blob(body) if operation.has_body else b"", options)
 
 
 def _type_problem(key: str, value: Any, valid: str) -> str:
@@ -337,16 +371,10 @@ def _invoke_response(result: InvokeResult) -> dict[str, Any]:
     headers = result.headers
     response: dict[str, Any] = {"Body": StreamingBody(result.body)}
     # botocore includes a header-bound member only when the header was sent.
-    if result.content_type is not None:
-        response["ContentType"] = result.content_type
-    if result.invoked_variant is not None:
-        response["InvokedProductionVariant"] = result.invoked_variant
-    if result.custom_attributes is not None:
-        response["CustomAttributes"] = result.custom_attributes
-    if result.new_session_id is not None:
-        response["NewSessionId"] = result.new_session_id
-    if result.closed_session_id is not None:
-        response["ClosedSessionId"] = result.closed_session_id
+    for member, field_name in api.RESULT_MEMBERS:
+        value = result.field(field_name)
+        if value is not None:
+            response[member.name] = value
     response["ResponseMetadata"] = _metadata(
         result.request_id,
         200,
@@ -460,11 +488,13 @@ class SageMakerRuntimeClient:
         return await self._invoke_endpoint(params)
 
     async def _invoke_endpoint(self, params: dict[str, Any]) -> dict[str, Any]:
-        endpoint, body, options = _parse(_INVOKE, params)
+        call = _parse(_INVOKE, params)
         try:
-            result = await self._gateway.invoke(endpoint, body, **options)
+            result = await self._gateway.invoke_members(
+                call.endpoint, call.body, call.members, call.timeout
+            )
         except errors.GatewayError as exc:
-            raise self._translate(exc, _INVOKE, endpoint) from exc
+            raise self._translate(exc, _INVOKE, call.endpoint) from exc
         return _invoke_response(result)
 
     async def invoke_endpoint_with_response_stream(self, **params: Any) -> dict[str, Any]:
@@ -474,8 +504,9 @@ class SageMakerRuntimeClient:
         return await self._invoke_stream(params)
 
     async def _invoke_stream(self, params: dict[str, Any]) -> dict[str, Any]:
-        endpoint, body, options = _parse(_STREAM, params)
-        parts = self._gateway.invoke_stream(endpoint, body, **options)
+        call = _parse(_STREAM, params)
+        endpoint = call.endpoint
+        parts = self._gateway.invoke_stream_members(endpoint, call.body, call.members, call.timeout)
         first: bytes | None = None
         pending: errors.GatewayError | None = None
         # The gateway sends on the first step of its generator. Taking that
@@ -513,11 +544,13 @@ class SageMakerRuntimeClient:
         return await self._invoke_async(params)
 
     async def _invoke_async(self, params: dict[str, Any]) -> dict[str, Any]:
-        endpoint, _, options = _parse(_ASYNC, params)
+        call = _parse(_ASYNC, params)
         try:
-            result = await self._gateway.invoke_async(endpoint, **options)
+            result = await self._gateway.invoke_async_members(
+                call.endpoint, call.inline_body, call.members, call.timeout
+            )
         except errors.GatewayError as exc:
-            raise self._translate(exc, _ASYNC, endpoint) from exc
+            raise self._translate(exc, _ASYNC, call.endpoint) from exc
         return _async_response(result, 1)
 
     def _translate(self, exc: errors.GatewayError, operation: _Operation, endpoint: str) -> Any:

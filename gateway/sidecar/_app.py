@@ -4,7 +4,8 @@
 """The sidecar's request handler: SageMaker Runtime routes in, ``Gateway`` calls out.
 
 Per request the hot path does one path split, one pass over the request
-headers through a precomputed name -> argument table, the gateway call,
+headers through the operation's header -> member table (``_api``), the
+gateway call with the members as received,
 and a few dict increments for metrics. No logging unless DEBUG is on, no
 task, no copy of the body.
 """
@@ -15,7 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final
+from typing import Final
 from urllib.parse import unquote
 
 import orjson
@@ -29,7 +30,14 @@ from prometheus_client import (
 )
 
 from gateway import errors
-from gateway._api import INVOKE, INVOKE_ASYNC, INVOKE_STREAM, InvokeResult, Operation
+from gateway._api import (
+    INVOKE,
+    INVOKE_ASYNC,
+    INVOKE_STREAM,
+    RESULT_MEMBERS,
+    InvokeResult,
+    Operation,
+)
 from gateway._client import Gateway
 from gateway._server.http import Request, Response, StreamingResponse
 from gateway._tracing import ServerTracing, gateway_tracer, trace_id_of_traceparent
@@ -50,18 +58,10 @@ logger = logging.getLogger("gateway.sidecar")
 TIMEOUT_HEADER: Final = "x-gateway-timeout-ms"
 
 
-def _argument_table(operation: Operation, **extra: str) -> dict[str, str]:
-    """Request header (lower-case) -> Gateway keyword, from the SageMaker vocabulary."""
-    return {**{m.header: m.keyword for m in operation.headers}, TIMEOUT_HEADER: "timeout", **extra}
-
-
-# "Cache-Control: no-cache" (or no-store) skips the prediction cache.
-# Final: compiled, these are C globals rather than module-dict lookups.
-_INVOKE_ARGS: Final = _argument_table(INVOKE, **{"cache-control": "cache"})
-_STREAM_ARGS: Final = _argument_table(INVOKE_STREAM)
-_ASYNC_ARGS: Final = _argument_table(INVOKE_ASYNC)
-_INTEGER_ARGS: Final = tuple(m.keyword for m in INVOKE_ASYNC.headers if m.kind == "integer")
+# "Cache-Control: no-cache" (or no-store) skips the prediction cache (InvokeEndpoint only).
+_CACHE_CONTROL: Final = "cache-control"
 _SAGEMAKER_PREFIX: Final = "x-amzn-sagemaker-"
+_STREAM_ATTRIBUTES: Final = INVOKE_STREAM.index("CustomAttributes")
 
 _INVOKE: Final = "invoke"
 _STREAM: Final = "stream"
@@ -229,8 +229,8 @@ class SidecarApp:
         try:
             if operation == _INVOKE:
                 # Inline, not a method: one coroutine less on every invocation.
-                kwargs = self._arguments(request.headers, _INVOKE_ARGS)
-                result = await _invoke(self._gw, name, request.body, kwargs)
+                members, timeout, cache = self._members(request.headers, INVOKE)
+                result = await self._gw.invoke_members(name, request.body, members, timeout, cache)
                 response: Response | StreamingResponse = _result_response(result)
             elif operation == _STREAM:
                 response = await self._stream(request, name)
@@ -301,31 +301,41 @@ class SidecarApp:
                 return error_response(rejected.code, rejected.message, rejected.status)
         return None
 
-    def _arguments(self, headers: Mapping[str, str], table: Mapping[str, str]) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {}
+    def _members(
+        self, headers: Mapping[str, str], operation: Operation
+    ) -> tuple[tuple[object, ...], float | None, bool | None]:
+        """The call's members as received (in the operation's order), its timeout and cache choice.
+
+        Each header the operation's model defines goes through as it came;
+        one of SageMaker's it does not define is refused, since dropping it
+        would silently change the call.
+        """
+        members = operation.headers
+        values: list[object] = [None] * len(members)
+        index_of = operation.header_index
+        timeout = self._default_timeout
+        cache: bool | None = None
         for header, value in headers.items():
-            argument = table.get(header)
-            if argument is not None:
-                kwargs[argument] = value
+            index = index_of.get(header, -1)
+            if index >= 0:
+                member = members[index]
+                values[index] = (
+                    _integer(member.keyword, value) if member.kind == "integer" else value
+                )
+            elif header == TIMEOUT_HEADER:
+                timeout = _milliseconds(value)
+            elif header == _CACHE_CONTROL and operation is INVOKE:
+                directives = value.lower()
+                cache = "no-cache" not in directives and "no-store" not in directives
             elif header.startswith(_SAGEMAKER_PREFIX):
-                # Dropping it would silently change the call: refuse instead.
                 raise _BadRequest(f"header {header} is not supported by this operation")
-        cache_control = kwargs.get("cache")
-        if cache_control is not None:
-            directives = cache_control.lower()
-            kwargs["cache"] = "no-cache" not in directives and "no-store" not in directives
-        timeout = kwargs.get("timeout")
-        if timeout is not None:
-            kwargs["timeout"] = _milliseconds(timeout)
-        elif self._default_timeout is not None:
-            kwargs["timeout"] = self._default_timeout
-        return kwargs
+        return tuple(values), timeout, cache
 
     # -- operations ----------------------------------------------------------
 
     async def _stream(self, request: Request, name: str) -> Response | StreamingResponse:
-        kwargs = self._arguments(request.headers, _STREAM_ARGS)
-        parts = self._gw.invoke_stream(name, request.body, **kwargs)
+        members, timeout, _ = self._members(request.headers, INVOKE_STREAM)
+        parts = self._gw.invoke_stream_members(name, request.body, members, timeout)
         # Wait for the first part, so that an error before any byte is sent
         # is still an ordinary rest-json error with its real status.
         try:
@@ -335,24 +345,19 @@ class SidecarApp:
         except BaseException:
             await aclose(parts)
             raise
-        headers = _stream_headers(parts, kwargs)
+        headers = _stream_headers(parts, members)
         return StreamingResponse(relay(self, parts, first), 200, headers)
 
     async def _async(self, request: Request, name: str) -> Response:
-        kwargs = self._arguments(request.headers, _ASYNC_ARGS)
-        for key in _INTEGER_ARGS:
-            if key in kwargs:
-                kwargs[key] = _integer(key, kwargs[key])
-        if request.body:
-            kwargs["body"] = request.body
-        answer = await self._gw.invoke_async(name, **kwargs)
+        members, timeout, _ = self._members(request.headers, INVOKE_ASYNC)
+        answer = await self._gw.invoke_async_members(name, request.body or None, members, timeout)
         headers = [_JSON, ("x-amzn-RequestId", answer.request_id or new_request_id())]
         if answer.output_location is not None:
             headers.append(("X-Amzn-SageMaker-OutputLocation", answer.output_location))
         if answer.failure_location is not None:
             headers.append(("X-Amzn-SageMaker-FailureLocation", answer.failure_location))
-        body = {"InferenceId": answer.inference_id} if answer.inference_id else {}
-        return Response(202, headers, orjson.dumps(body))
+        answer_body = {"InferenceId": answer.inference_id} if answer.inference_id else {}
+        return Response(202, headers, orjson.dumps(answer_body))
 
     # -- operations endpoints ---------------------------------------------------
 
@@ -382,34 +387,6 @@ class SidecarApp:
         return Response(200, (_JSON,), b'{"status":"ok"}')
 
 
-def _invoke(
-    gateway: Gateway, name: str, body: bytes, arguments: dict[str, Any]
-) -> Awaitable[InvokeResult]:
-    """``gateway.invoke(name, body, **arguments)``, each keyword spelled out.
-
-    Compiled, a call with ``**`` goes through the generic keyword parser of
-    a 15-parameter method; spelled out, it is a direct native call.
-    """
-    get = arguments.get
-    return gateway.invoke(
-        name,
-        body,
-        content_type=get("content_type"),
-        accept=get("accept"),
-        target_model=get("target_model"),
-        target_variant=get("target_variant"),
-        target_container_hostname=get("target_container_hostname"),
-        inference_id=get("inference_id"),
-        custom_attributes=get("custom_attributes"),
-        enable_explanations=get("enable_explanations"),
-        inference_component=get("inference_component"),
-        session_id=get("session_id"),
-        prefix_aware_id=get("prefix_aware_id"),
-        timeout=get("timeout"),
-        cache=get("cache"),
-    )
-
-
 def _result_response(result: InvokeResult) -> Response:
     """InvokeEndpoint's answer: the upstream's field lines copied where they can be."""
     lines = result.field_lines()
@@ -423,16 +400,10 @@ def _result_response(result: InvokeResult) -> Response:
 def _result_headers(result: InvokeResult) -> list[tuple[str, str]]:
     # Each field read once: every read is a method call on the result.
     headers = [("x-amzn-RequestId", result.request_id or new_request_id())]
-    if (content_type := result.content_type) is not None:
-        headers.append(("Content-Type", content_type))
-    if (variant := result.invoked_variant) is not None:
-        headers.append(("x-Amzn-Invoked-Production-Variant", variant))
-    if (custom_attributes := result.custom_attributes) is not None:
-        headers.append(("X-Amzn-SageMaker-Custom-Attributes", custom_attributes))
-    if (new_session_id := result.new_session_id) is not None:
-        headers.append(("X-Amzn-SageMaker-New-Session-Id", new_session_id))
-    if (closed_session_id := result.closed_session_id) is not None:
-        headers.append(("X-Amzn-SageMaker-Closed-Session-Id", closed_session_id))
+    for member, field_name in RESULT_MEMBERS:
+        value = result.field(field_name)
+        if value is not None:
+            headers.append((member.wire_header, value))
     if result.cache is not None:
         headers.append(("x-gateway-cache", result.cache))
     return headers
@@ -444,7 +415,7 @@ _STREAM_RESPONSE_HEADERS = tuple(
 )
 
 
-def _stream_headers(parts: object, kwargs: Mapping[str, Any]) -> list[tuple[str, str]]:
+def _stream_headers(parts: object, members: tuple[object, ...]) -> list[tuple[str, str]]:
     """The stream answer's head: the upstream's headers if Gateway exposes them.
 
     ``Gateway.invoke_stream`` yields only payload bytes today; a stream object
@@ -460,8 +431,8 @@ def _stream_headers(parts: object, kwargs: Mapping[str, Any]) -> list[tuple[str,
             for name, wire_name in _STREAM_RESPONSE_HEADERS
             if name in upstream
         )
-    elif kwargs.get("custom_attributes") is not None:
-        headers.append(("X-Amzn-SageMaker-Custom-Attributes", kwargs["custom_attributes"]))
+    elif (attributes := members[_STREAM_ATTRIBUTES]) is not None:
+        headers.append(("X-Amzn-SageMaker-Custom-Attributes", str(attributes)))
     return headers
 
 

@@ -21,7 +21,6 @@ from gateway._api import (
     INVOKE_STREAM,
     AsyncInvocation,
     before_host_headers,
-    invoke_type_headers,
     operations,
     request_for,
     sagemaker_headers,
@@ -44,11 +43,6 @@ RESULT_TYPES: dict[str, type] = {
     "InvokeEndpoint": InvokeResult,
     "InvokeEndpointWithResponseStream": InvokeStream,
     "InvokeEndpointAsync": AsyncInvocation,
-}
-SIDECAR_TABLES = {
-    "InvokeEndpoint": sidecar_app._INVOKE_ARGS,
-    "InvokeEndpointWithResponseStream": sidecar_app._STREAM_ARGS,
-    "InvokeEndpointAsync": sidecar_app._ASYNC_ARGS,
 }
 # A response member -> the attribute that carries it, where the names differ.
 RESULT_ATTRIBUTES = {"InvokedProductionVariant": "invoked_variant", "Body": "body"}
@@ -113,15 +107,53 @@ def test_every_response_member_surfaces(operation: str) -> None:
         ), (operation, member.name)
 
 
-@pytest.mark.parametrize("operation", sorted(SIDECAR_TABLES))
+def _member_tuples() -> dict[str, list[str]]:
+    """Each Gateway method's ``members = (...)`` tuple, as the names it lists."""
+    source = Path(errors.__file__).with_name("_client.py")
+    found: dict[str, list[str]] = {}
+    for node in ast.walk(ast.parse(source.read_text())):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for statement in node.body:
+                if (
+                    isinstance(statement, ast.Assign)
+                    and isinstance(statement.targets[0], ast.Name)
+                    and statement.targets[0].id == "members"
+                    and isinstance(statement.value, ast.Tuple)
+                ):
+                    found[node.name] = [
+                        element.id
+                        for element in statement.value.elts
+                        if isinstance(element, ast.Name)
+                    ]
+    return found
+
+
+@pytest.mark.parametrize("operation", sorted(GATEWAY_METHODS))
+def test_gateway_fills_the_member_tuple_in_signing_order(operation: str) -> None:
+    """The one place a Gateway method names its members: in the model's header order."""
+    method = GATEWAY_METHODS[operation].__name__.rsplit(".", 1)[-1]
+    expected = [member.keyword for member in operations()[operation].headers]
+    assert _member_tuples()[method] == expected
+
+
+@pytest.mark.parametrize("operation", sorted(GATEWAY_METHODS))
 def test_the_sidecar_reads_every_header_member(operation: str) -> None:
-    table = SIDECAR_TABLES[operation]
-    for member in operations()[operation].headers:
-        assert table[member.header] == member.keyword
+    """The sidecar's table is the model's: each header member lands in its own place."""
+    table = operations()[operation]
+    app = object.__new__(sidecar_app.SidecarApp)
+    app._default_timeout = None
+    headers = {}
+    for member in table.headers:
+        headers[member.header] = "7" if member.kind == "integer" else f"v-{member.name}"
+    members, _, _ = app._members(headers, table)
+    for index, member in enumerate(table.headers):
+        assert members[index] == (7 if member.kind == "integer" else f"v-{member.name}")
 
 
 def test_one_function_assembles_the_head_of_every_operation() -> None:
-    values = {"accept": "text/csv", "content_type": "application/json", "prefix_aware_id": "p"}
+    values = INVOKE_STREAM.values(
+        {"Accept": "text/csv", "ContentType": "application/json", "PrefixAwareId": "p"}
+    )
     origin = Origin.from_url("https://runtime.example")
     credentials = Credentials(ACCESS_KEY, SECRET_KEY, token="session-token")
     signer = RequestSigner(SigV4Signer("us-east-1"), lambda: credentials)
@@ -157,11 +189,12 @@ def test_one_function_assembles_the_head_of_every_operation() -> None:
         "content-length",
     ]
     assert "SignedHeaders=content-type;host;x-amz-date;x-amz-security-token;" in lines[-4]
-    assert sagemaker_headers(INVOKE_ASYNC, {"request_ttl_seconds": 600}) == [
+    assert sagemaker_headers(INVOKE_ASYNC, INVOKE_ASYNC.values({"RequestTTLSeconds": 600})) == [
         ("x-amzn-sagemaker-requestttlseconds", "600")
     ]
-    assert before_host_headers(INVOKE_ASYNC, values) == ()
-    assert invoke_type_headers("text/csv", "application/json") == (
+    assert before_host_headers(INVOKE_ASYNC, INVOKE_ASYNC.values({"Accept": "text/csv"})) == ()
+    invoke_values = INVOKE.values({"ContentType": "text/csv", "Accept": "application/json"})
+    assert before_host_headers(INVOKE, invoke_values) == (
         ("accept", "application/json"),
         ("content-type", "text/csv"),
     )
@@ -170,31 +203,31 @@ def test_one_function_assembles_the_head_of_every_operation() -> None:
 def test_a_content_type_is_checked_whether_or_not_it_was_seen_before() -> None:
     for _ in range(2):
         with pytest.raises(errors.InvalidHeaderValue):
-            invoke_type_headers("text/csv\r\nx-injected: 1", None)
+            before_host_headers(INVOKE, INVOKE.values({"ContentType": "text/csv\r\nx-injected: 1"}))
 
 
 @pytest.mark.parametrize(
     ("values", "problem"),
     [
-        ({"custom_attributes": "a" * 1025}, "at most 1024"),
-        ({"inference_id": ""}, "at least 1"),
-        ({"prefix_aware_id": "p" * 65}, "at most 64"),
-        ({"session_id": "x\r\ninjected: 1"}, "CR, LF"),
+        ({"CustomAttributes": "a" * 1025}, "at most 1024"),
+        ({"InferenceId": ""}, "at least 1"),
+        ({"PrefixAwareId": "p" * 65}, "at most 64"),
+        ({"SessionId": "x\r\ninjected: 1"}, "CR, LF"),
     ],
 )
 def test_header_members_are_checked_against_the_model(
     values: dict[str, object], problem: str
 ) -> None:
     with pytest.raises(errors.InvalidRequest, match=problem) as raised:
-        sagemaker_headers(INVOKE, values)
+        sagemaker_headers(INVOKE, INVOKE.values(values))
     assert raised.value.retryable is False
 
 
 def test_async_integers_are_checked_against_the_model() -> None:
     with pytest.raises(errors.InvalidRequest, match="RequestTTLSeconds"):
-        sagemaker_headers(INVOKE_ASYNC, {"request_ttl_seconds": 5})
+        sagemaker_headers(INVOKE_ASYNC, INVOKE_ASYNC.values({"RequestTTLSeconds": 5}))
     with pytest.raises(errors.InvalidRequest, match="InvocationTimeoutSeconds"):
-        sagemaker_headers(INVOKE_ASYNC, {"invocation_timeout_seconds": 3601})
+        sagemaker_headers(INVOKE_ASYNC, INVOKE_ASYNC.values({"InvocationTimeoutSeconds": 3601}))
 
 
 # -- end to end, against the emulator ----------------------------------------------

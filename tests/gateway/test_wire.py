@@ -73,6 +73,29 @@ async def test_bad_headers_never_reach_the_server(
     assert emulator.stats.count() == 0
 
 
+@pytest.mark.parametrize("body", ["1,2,3", 123, None], ids=["str", "int", "none"])
+async def test_a_body_that_is_not_bytes_is_an_input_error(
+    body: object, emulator: Emulator, proxy: FaultProxy
+) -> None:
+    """Not a TypeError from deep inside: the gateway's own input error, nothing sent."""
+    async with gateway_for(proxy.url, pool={"prewarm": 0}, cache={"ttl_s": 60}) as gateway:
+        calls = {
+            "invoke": lambda: gateway.invoke("echo", body),  # type: ignore[arg-type]
+            "stream": lambda: anext(aiter(gateway.invoke_stream("echo", body))),  # type: ignore[arg-type]
+            "async": lambda: gateway.invoke_async("echo", body=body or 7),  # type: ignore[arg-type]
+        }
+        for name, call in calls.items():
+            with pytest.raises(errors.InvalidRequest, match="Body: must be bytes") as raised:
+                await call()
+            assert raised.value.retryable is False, name
+        # Other binary buffers are bodies like bytes.
+        answer = await gateway.invoke("echo", bytearray(b"7,8"), content_type="text/csv")
+        assert answer.body == b"7,8"
+        answer = await gateway.invoke("echo", memoryview(b"9"), content_type="text/csv")
+        assert answer.body == b"9"
+    assert emulator.stats.count() == 2
+
+
 @pytest.mark.parametrize("kind", TRANSPORTS)
 async def test_oversized_payload_refused_before_sending(
     kind: str, emulator: Emulator, proxy: FaultProxy

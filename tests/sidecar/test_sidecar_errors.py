@@ -108,11 +108,11 @@ async def test_route_with_one_failing_target(
 
 
 class _RaisingGateway(Gateway):
-    """A Gateway whose invoke raises a chosen error: the errors only the gateway makes."""
+    """A Gateway whose InvokeEndpoint raises a chosen error: the errors only the gateway makes."""
 
     error: BaseException = errors.GatewayError("unset")
 
-    async def invoke(self, endpoint: str, body: bytes, **kwargs: Any) -> InvokeResult:
+    async def invoke_members(self, endpoint: str, body: bytes, *args: Any) -> InvokeResult:
         raise self.error
 
 
