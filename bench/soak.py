@@ -693,6 +693,9 @@ async def soak(duration: float, seed: int, hostile_rate: float = HOSTILE_RATE) -
 # -- case: a misbehaving Redis ------------------------------------------------------
 
 BAD_REDIS_MAX_IN_FLIGHT = 8
+# The circuit trips later and retries sooner than in the main case: the point
+# here is to keep asking the bad Redis.
+BAD_REDIS_CIRCUIT: dict[str, Any] = {"circuit_failures": 20, "circuit_reset_s": 0.2}
 BAD_REDIS_MUST_BE_ZERO = ("hung", "lost", "wrong", "incomplete", "leaked_connections", "unexpected")
 
 
@@ -725,11 +728,20 @@ async def misbehaving_redis_case(duration: float, seed: int) -> dict[str, Any]:
     try:
         config = _sidecar_config(emulator.url, bad.url)
         config["sidecar"]["max_in_flight"] = BAD_REDIS_MAX_IN_FLIGHT
+        config["cache"].update(BAD_REDIS_CIRCUIT)
+        library = Gateway(
+            "us-east-1",
+            endpoint_url=emulator.url,
+            credentials=(ACCESS_KEY, SECRET_KEY),
+            routes=ROUTES,
+            cache={**_cache_settings(bad.url, "library"), **BAD_REDIS_CIRCUIT},
+            pool={"prewarm": 2, "connect_timeout_ms": 300},
+        )
         sidecar = await asyncio.to_thread(
             Sidecar.start_subprocess, config, "127.0.0.1:0", ("--log-level", "CRITICAL")
         )
         async with (
-            _gateway(emulator.url, bad.url) as gw,
+            library as gw,
             httpx.AsyncClient(
                 base_url=sidecar.url,
                 timeout=CALL_TIMEOUT_S + HANG_SLACK_S + 1,
@@ -867,7 +879,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--hostile-rate must be in [0, 1]")
     summary = asyncio.run(soak(duration, args.seed, args.hostile_rate))
     print(report(summary), flush=True)
-    bad_redis = asyncio.run(misbehaving_redis_case(max(3.0, duration / 4), args.seed))
+    bad_redis = asyncio.run(misbehaving_redis_case(max(4.0, duration / 4), args.seed))
     summary["misbehaving_redis"] = bad_redis
     print(report_misbehaving_redis(bad_redis), flush=True)
     if args.json:
