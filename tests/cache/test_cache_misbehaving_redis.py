@@ -138,7 +138,7 @@ async def test_a_follower_waits_for_an_identical_load_no_longer_than_its_deadlin
     assert (entry.body, source, loader.calls) == (loader.body, CacheSource.LOADED, 1)
 
 
-async def test_a_follower_whose_deadline_has_passed_still_takes_a_settled_load(
+async def test_a_follower_within_its_deadline_takes_the_settled_load(
     make_cache: MakeCache, bad_redis: MisbehavingRedis
 ) -> None:
     cache = await make_cache(redis_url=bad_redis.url, **PATIENT)
