@@ -57,6 +57,27 @@ async def test_a_wrong_reply_to_get_is_a_counted_miss_and_the_key_keeps_working(
     assert cache.stats.redis_errors == 0 and cache.stats.misses == 2
 
 
+@pytest.mark.parametrize(
+    ("mode", "counter"),
+    [("garbage", "redis_errors"), ("error", "redis_errors"), ("hang", "redis_timeouts")],
+)
+async def test_garbage_error_replies_and_silence_are_counted_misses_too(
+    make_cache: MakeCache, bad_redis: MisbehavingRedis, mode: str, counter: str
+) -> None:
+    timeouts = {"redis_socket_timeout_ms": 100} if mode == "hang" else {}
+    cache = await make_cache(redis_url=bad_redis.url, **{**PATIENT, **timeouts})
+    bad_redis.mode = mode
+    loader = CountingLoader()
+
+    for _ in range(2):
+        cache.clear_near()
+        assert await _load(cache, "k", loader) is CacheSource.LOADED
+    assert await cache.get_many(["a", "b"]) == [None, None]
+
+    assert loader.calls == 2
+    assert getattr(cache.stats, counter) >= 3 and cache.stats.redis_bad_replies == 0
+
+
 async def test_followers_of_a_key_whose_get_got_an_integer_get_the_one_load(
     make_cache: MakeCache, bad_redis: MisbehavingRedis
 ) -> None:
