@@ -28,6 +28,13 @@ attacks mixed into the load: an endless request target, an endless header,
 a declared 100 MB body, a slowloris head, and pipelined requests it never
 reads.
 
+A second case, ``misbehaving_redis``, runs after it: library and sidecar
+callers again, with the Redis behind both caches replaced by
+``bench.bad_redis`` cycling through its wrong answers (integers, short
+arrays, nested items, garbage, errors, no answer, all of them at random) and
+the sidecar's ``max_in_flight`` small, so a request left counted in flight
+would soon show as 429s. The cache fails open: no call may fail at all.
+
 Printed at the end: calls made, succeeded, failed by cause, hung (a call
 not finished by its deadline plus slack), lost (a call with no recorded
 outcome), wrong (a caller received an answer meant for another request, or
@@ -63,6 +70,8 @@ import httpx
 import orjson
 
 from bench import attacks
+from bench.bad_redis import MODES as BAD_REDIS_MODES
+from bench.bad_redis import MisbehavingRedis
 from bench.hostile import HostileUpstream
 from gateway import Gateway, errors
 from gateway._server.processes import die_with_parent
@@ -681,6 +690,136 @@ async def soak(duration: float, seed: int, hostile_rate: float = HOSTILE_RATE) -
     }
 
 
+# -- case: a misbehaving Redis ------------------------------------------------------
+
+BAD_REDIS_MAX_IN_FLIGHT = 8
+# The circuit trips later and retries sooner than in the main case: the point
+# here is to keep asking the bad Redis.
+BAD_REDIS_CIRCUIT: dict[str, Any] = {"circuit_failures": 20, "circuit_reset_s": 0.2}
+BAD_REDIS_MUST_BE_ZERO = ("hung", "lost", "wrong", "incomplete", "leaked_connections", "unexpected")
+
+
+async def _cycle_redis_modes(
+    bad: MisbehavingRedis, stop: asyncio.Event, rng: random.Random
+) -> list[str]:
+    """Every mode (and ``mixed``) in random order, then at random, for 0.3-0.8 s each."""
+    modes = (*BAD_REDIS_MODES, "mixed")
+    queue, cycled = rng.sample(modes, len(modes)), []
+    while not stop.is_set():
+        bad.mode = queue.pop(0) if queue else rng.choice(modes)
+        cycled.append(bad.mode)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(0.3 + rng.random() * 0.5):
+                await stop.wait()
+    bad.mode = "ok"
+    return cycled
+
+
+async def misbehaving_redis_case(duration: float, seed: int) -> dict[str, Any]:
+    """Library and sidecar calls for ``duration`` s while Redis answers wrongly; the counts."""
+    rng = random.Random(seed)
+    sockets_at_start = socket_fds()
+    bad = await MisbehavingRedis(seed=seed).start()
+    emulator = await asyncio.to_thread(Emulator.start_subprocess, EMULATOR_CONFIG)
+    ledger, stop = Ledger(), asyncio.Event()
+    sidecar: SidecarProcess | None = None
+    sidecar_held = redis_held = 0
+    cycled: list[str] = []
+    try:
+        config = _sidecar_config(emulator.url, bad.url)
+        config["sidecar"]["max_in_flight"] = BAD_REDIS_MAX_IN_FLIGHT
+        config["cache"].update(BAD_REDIS_CIRCUIT)
+        library = Gateway(
+            "us-east-1",
+            endpoint_url=emulator.url,
+            credentials=(ACCESS_KEY, SECRET_KEY),
+            routes=ROUTES,
+            cache={**_cache_settings(bad.url, "library"), **BAD_REDIS_CIRCUIT},
+            pool={"prewarm": 2, "connect_timeout_ms": 300},
+        )
+        sidecar = await asyncio.to_thread(
+            Sidecar.start_subprocess, config, "127.0.0.1:0", ("--log-level", "CRITICAL")
+        )
+        async with (
+            library as gw,
+            httpx.AsyncClient(
+                base_url=sidecar.url,
+                timeout=CALL_TIMEOUT_S + HANG_SLACK_S + 1,
+                limits=httpx.Limits(max_connections=8),
+            ) as http,
+        ):
+            callers = [
+                asyncio.create_task(library_caller(gw, ledger, stop, random.Random(seed + n)))
+                for n in range(4)
+            ] + [
+                asyncio.create_task(
+                    sidecar_caller(http, ledger, stop, random.Random(seed + 50 + n))
+                )
+                for n in range(3)
+            ]
+            cycler = asyncio.create_task(_cycle_redis_modes(bad, stop, rng))
+            await asyncio.sleep(duration)
+            stop.set()
+            await asyncio.gather(*callers)
+            cycled = await cycler
+        for _ in range(100):
+            sidecar_held = sidecar_client_connections(sidecar.port)
+            if not sidecar_held:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        if sidecar is not None:
+            await asyncio.to_thread(sidecar.stop)
+        await asyncio.to_thread(emulator.stop)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(5):  # every cache has closed its Redis connections
+                await bad.until(lambda: bad.connections == 0)
+        redis_held = bad.connections
+        await bad.close()
+    leaked = socket_fds() - sockets_at_start
+    for _ in range(200):
+        if leaked <= 0:
+            break
+        await asyncio.sleep(0.01)
+        leaked = socket_fds() - sockets_at_start
+    succeeded = sum(1 for outcome in ledger.outcomes.values() if outcome == "ok")
+    bad_outcomes = ledger.hung + sum(ledger.wrong.values()) + ledger.incomplete
+    return {
+        "duration_s": duration,
+        "calls": ledger.started,
+        "succeeded": succeeded,
+        "failed": sum(ledger.failed.values()) - bad_outcomes,
+        "failed_by_cause": dict(sorted(ledger.failed.items())),
+        "hung": ledger.hung,
+        "lost": ledger.started - len(ledger.outcomes),
+        "wrong": sum(ledger.wrong.values()),
+        "wrong_examples": ledger.wrong_examples,
+        "incomplete": ledger.incomplete,
+        "leaked_connections": max(leaked, 0) + sidecar_held + redis_held,
+        "unexpected": sum(ledger.unexpected.values()),
+        "modes_cycled": len(cycled),
+        "redis_misbehaved": dict(sorted(bad.done.items())),
+        "redis_commands": dict(sorted(bad.commands.items())),
+    }
+
+
+def report_misbehaving_redis(case: dict[str, Any]) -> str:
+    return "\n".join(
+        [
+            f"misbehaving Redis: {case['duration_s']:g} s, {case['modes_cycled']} spells, "
+            f"wrong replies sent: {case['redis_misbehaved']}",
+            f"  calls made:      {case['calls']} (succeeded {case['succeeded']})",
+            f"  failed:          {case['failed']} {case['failed_by_cause'] or ''}",
+            f"  hung:            {case['hung']}",
+            f"  lost:            {case['lost']}",
+            f"  wrong answers:   {case['wrong']} {case['wrong_examples'] or ''}",
+            f"  incomplete streams: {case['incomplete']}",
+            f"  leaked connections: {case['leaked_connections']}",
+            f"  unexpected:      {case['unexpected']}",
+        ]
+    )
+
+
 def report(summary: dict[str, Any]) -> str:
     lines = [
         f"soak: {summary['duration_s']:g} s, faults injected: {summary['faults_injected']}",
@@ -740,6 +879,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--hostile-rate must be in [0, 1]")
     summary = asyncio.run(soak(duration, args.seed, args.hostile_rate))
     print(report(summary), flush=True)
+    bad_redis = asyncio.run(misbehaving_redis_case(max(4.0, duration / 4), args.seed))
+    summary["misbehaving_redis"] = bad_redis
+    print(report_misbehaving_redis(bad_redis), flush=True)
     if args.json:
         print(orjson.dumps(summary).decode(), flush=True)
     bad = any(
@@ -754,6 +896,7 @@ def main(argv: list[str] | None = None) -> int:
             "attacks_mishandled",
         )
     )
+    bad = bad or any(bad_redis[key] for key in BAD_REDIS_MUST_BE_ZERO)
     return 1 if bad else 0
 
 

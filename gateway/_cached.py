@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from gateway import errors
 from gateway._api import InvokeResult, Operation
 from gateway.cache import CacheSource, Entry, PredictionCache
 
@@ -69,9 +70,17 @@ class CachedCalls:
         return _result_from_entry(entry, "near")
 
     async def get_or_load(
-        self, invoke: Callable[[], Awaitable[InvokeResult]], key: str, ttl: float | None
+        self,
+        invoke: Callable[[], Awaitable[InvokeResult]],
+        key: str,
+        ttl: float | None,
+        deadline: float,
     ) -> InvokeResult:
-        """The cached answer for ``key``, or ``invoke()``'s (then cached)."""
+        """The cached answer for ``key``, or ``invoke()``'s (then cached).
+
+        ``deadline`` (``time.monotonic()``) is the call's: ``invoke`` keeps it
+        itself, and a call waiting for an identical one in flight gives up there.
+        """
         loaded: list[InvokeResult] = []
 
         async def load() -> Entry:
@@ -79,7 +88,12 @@ class CachedCalls:
             loaded.append(result)
             return _entry_from_result(result)
 
-        entry, source = await self._cache.get_or_load(key, load, ttl_s=ttl)
+        try:
+            entry, source = await self._cache.get_or_load(key, load, ttl_s=ttl, deadline=deadline)
+        except TimeoutError:  # the cache's own (builtin) one: a wait for another call
+            raise errors.DeadlineExceeded(
+                "the call's deadline passed while it waited for an identical call in flight"
+            ) from None
         if source is CacheSource.LOADED and loaded:
             return loaded[0]
         return _result_from_entry(entry, source.value)

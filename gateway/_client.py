@@ -354,7 +354,7 @@ class Gateway:
             payload,
             deadline,
         )
-        loaded = cached.get_or_load(load, key, cache_ttl or route.config.cache_ttl_s)
+        loaded = cached.get_or_load(load, key, cache_ttl or route.config.cache_ttl_s, deadline)
         if emit is None:
             return await loaded
         return await self._observed(emit, route.name, target_model, loaded, True)

@@ -12,6 +12,12 @@ of its own so that cancelling any caller, the leader included, never
 cancels the load the others are waiting for. Every waiter awaits through
 ``asyncio.shield`` for the same reason. Loader errors reach every waiter and
 are never stored.
+
+A flight is released on every path: settled with an entry or the loader's
+error, handed over to a background task when its leader is cancelled or
+fails, and released by that task's done callback however the task ends
+(even cancelled before it ran). A follower waits no longer than its own
+``deadline``.
 """
 
 from __future__ import annotations
@@ -76,6 +82,7 @@ class PredictionCacheProtocol(Protocol):
         *,
         ttl_s: float | None = None,
         use_cache: bool = True,
+        deadline: float | None = None,
     ) -> tuple[Entry, CacheSource]: ...
 
     async def get_many(
@@ -233,11 +240,15 @@ class PredictionCache:
         *,
         ttl_s: float | None = None,
         use_cache: bool = True,
+        deadline: float | None = None,
     ) -> tuple[Entry, CacheSource]:
         """The cached entry for ``key``, or ``loader()``'s result (then stored).
 
         ``use_cache=False`` bypasses the cache both ways. Redis problems are
         misses; the loader's exceptions propagate and are never cached.
+        ``deadline`` (``time.monotonic()`` seconds) bounds the wait for
+        another caller's load of the same key: past it, ``TimeoutError``.
+        (The loader bounds its own work.)
         """
         if not use_cache or not self._enabled:
             return await self._load_uncached(loader), CacheSource.LOADED
@@ -252,7 +263,7 @@ class PredictionCache:
             return slot.entry, CacheSource.STALE
         flight = self._flights.get(key)
         if flight is not None:
-            return await self._follow(flight), CacheSource.COALESCED
+            return await self._follow(flight, deadline), CacheSource.COALESCED
         return await self._lead(key, loader, ttl_s)
 
     async def get_many(
@@ -295,11 +306,14 @@ class PredictionCache:
 
     # -- single-flight -------------------------------------------------------
 
-    async def _follow(self, flight: _Flight) -> Entry:
+    async def _follow(self, flight: _Flight, deadline: float | None) -> Entry:
         self._stats.coalesced += 1
         flight.followers += 1
         try:
-            return await asyncio.shield(flight.future)
+            if deadline is None:
+                return await asyncio.shield(flight.future)
+            async with asyncio.timeout(deadline - _monotonic()):
+                return await asyncio.shield(flight.future)
         finally:
             flight.followers -= 1
 
@@ -310,7 +324,7 @@ class PredictionCache:
         self._flights[key] = flight
         try:
             found = await self._read_redis(key, ttl_s)
-        except asyncio.CancelledError:
+        except BaseException:  # cancelled (or a bug): the followers still get an answer
             self._hand_over(key, loader, ttl_s, flight)
             raise
         if found is not None:
@@ -323,13 +337,13 @@ class PredictionCache:
             self._refresh_in_background(key, loader, ttl_s)
             return entry, CacheSource.STALE
         self._stats.misses += 1
-        self._spawn(self._load_into(key, loader, ttl_s, flight))
+        self._fly(key, flight, self._load_into(key, loader, ttl_s, flight))
         return await asyncio.shield(flight.future), CacheSource.LOADED
 
     def _hand_over(self, key: str, loader: Loader, ttl_s: float | None, flight: _Flight) -> None:
-        """The leader was cancelled while reading Redis: finish for the followers, if any."""
+        """The leader left while reading Redis: finish for the followers, if any."""
         if flight.followers:
-            self._spawn(self._resolve(key, loader, ttl_s, flight))
+            self._fly(key, flight, self._resolve(key, loader, ttl_s, flight))
         else:
             self._drop_flight(key, flight)
             flight.future.cancel()
@@ -341,7 +355,24 @@ class PredictionCache:
         flight = _Flight(asyncio.get_running_loop().create_future())
         flight.future.add_done_callback(_consume_exception)
         self._flights[key] = flight
-        self._spawn(self._resolve(key, loader, ttl_s, flight, accept_stale=False))
+        self._fly(key, flight, self._resolve(key, loader, ttl_s, flight, accept_stale=False))
+
+    def _fly(self, key: str, flight: _Flight, work: Awaitable[None]) -> None:
+        """Run ``work``, which settles ``flight``, as a task that releases it however it ends."""
+        self._spawn(work).add_done_callback(lambda task: self._land(key, flight, task))
+
+    def _land(self, key: str, flight: _Flight, task: asyncio.Future[None]) -> None:
+        """``task`` owned ``flight`` and ended: if it left it unsettled, nobody else will."""
+        self._drop_flight(key, flight)
+        future = flight.future
+        if future.done():
+            return
+        if task.cancelled():  # close(), possibly before the task ever ran
+            future.cancel()
+            return
+        error = task.exception()
+        future.add_done_callback(_consume_exception)
+        future.set_exception(error or RuntimeError("the load ended without an entry"))
 
     async def _resolve(
         self,

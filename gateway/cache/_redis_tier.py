@@ -23,6 +23,11 @@ Rules this module keeps:
   raise; a request that finds no slot in time is a miss.
 * Writes never make a caller wait: they go to a bounded queue drained by one
   background writer that pipelines them (``SET key value PX ttl+grace``).
+* Every reply is checked for the type and shape its command calls for (a
+  value or nil for GET, exactly one of those per key for MGET, ...).
+  Anything else is a miss (or a dropped write), counted in
+  ``redis_bad_replies`` and fed to the circuit breaker like any error, and
+  the idle connections are dropped: the one it came on may be out of step.
 """
 
 from __future__ import annotations
@@ -52,6 +57,10 @@ _WRITE_BATCH = 64
 _CLOSE_FLUSH_S = 1.0
 
 
+class _BadReply(Exception):
+    """Redis answered a command with a reply no Redis sends for it."""
+
+
 def _no_retry() -> Retry:
     return Retry(NoBackoff(), 0)
 
@@ -76,7 +85,7 @@ class RedisTier:
         # Tier-wide: Redis unreachable at start, or (single Redis) failing.
         self.circuit = self._new_circuit("")
         self._sentinel: Sentinel | None = None
-        self._client: Any = None  # Redis | RedisCluster; typed loosely, see _command
+        self._client: Any = None  # Redis | RedisCluster: redis-py's types are loose anyway
         self._pending: deque[tuple[str, bytes | None, int]] = deque()
         self._max_pending = config.redis_max_pending_writes
         self._max_value_bytes = config.max_value_bytes
@@ -112,7 +121,7 @@ class RedisTier:
         circuit = self._guard(key)
         if circuit is None:
             return None
-        raw = await self._run(self._command, "GET", key, circuit=circuit)
+        raw = await self._run(self._get, key, circuit=circuit)
         return None if raw is None else self._decode(key, raw)
 
     async def get_many(self, keys: Sequence[str]) -> list[Entry | None]:
@@ -132,9 +141,7 @@ class RedisTier:
         circuit = self._guard(key)
         if circuit is None:
             return None
-        result: dict[Any, Any] | None = await self._run(
-            self._command, "HGETALL", key, circuit=circuit
-        )
+        result: dict[Any, Any] | None = await self._run(self._hgetall, key, circuit=circuit)
         return result
 
     async def hset_many(self, key: str, fields: dict[str, str]) -> bool:
@@ -143,7 +150,7 @@ class RedisTier:
         if circuit is None:
             return False
         flat = [item for pair in fields.items() for item in pair]
-        return await self._run(self._command, "HSET", key, *flat, circuit=circuit) is not None
+        return await self._run(self._hset, key, flat, circuit=circuit) is not None
 
     async def _get_many_per_node(self, keys: Sequence[str]) -> list[Entry | None]:
         """One MGET group per Cluster node, each under its node's circuit, concurrently."""
@@ -272,6 +279,10 @@ class RedisTier:
             self._stats.redis_timeouts += 1
             breaker.record_failure()
             return None
+        except _BadReply:
+            self._stats.redis_bad_replies += 1
+            breaker.record_failure()
+            return None
         except Exception:
             # Fail-open by design: whatever redis-py raises (connection,
             # protocol, cluster topology, auth, OOM replies...) is a miss.
@@ -319,17 +330,40 @@ class RedisTier:
 
     # -- internals: commands -------------------------------------------------
 
-    async def _command(self, *args: Any) -> Any:
-        return await self._client.execute_command(*args)
+    async def _get(self, key: str) -> bytes | None:
+        reply = await self._client.execute_command("GET", key)
+        if reply is None or type(reply) is bytes:
+            return reply
+        raise await self._bad_reply("GET")
 
     async def _mget(self, keys: Sequence[str]) -> list[bytes | None]:
         if isinstance(self._client, RedisCluster):
             # Keys hash to many slots; redis-py groups them per slot and
             # pipelines one MGET per slot to each node.
-            result: list[bytes | None] = await self._client.mget_nonatomic(keys)
+            reply = await self._client.mget_nonatomic(keys)
         else:
-            result = await self._client.execute_command("MGET", *keys)
-        return result
+            reply = await self._client.execute_command("MGET", *keys)
+        if (
+            type(reply) is list
+            and len(reply) == len(keys)
+            and all(item is None or type(item) is bytes for item in reply)
+        ):
+            return reply
+        raise await self._bad_reply("MGET")
+
+    async def _hgetall(self, key: str) -> dict[bytes, bytes]:
+        reply = await self._client.execute_command("HGETALL", key)
+        if type(reply) is dict and all(
+            type(field) is bytes and type(value) is bytes for field, value in reply.items()
+        ):
+            return reply
+        raise await self._bad_reply("HGETALL")
+
+    async def _hset(self, key: str, flat: list[str]) -> int:
+        reply = await self._client.execute_command("HSET", key, *flat)
+        if type(reply) is int:
+            return reply
+        raise await self._bad_reply("HSET")
 
     async def _set_batch(self, batch: list[tuple[str, bytes | None, int]]) -> list[Any]:
         pipe = self._client.pipeline(transaction=False)
@@ -339,7 +373,30 @@ class RedisTier:
             else:
                 pipe.set(key, blob, px=px_ms)
         replies: list[Any] = await pipe.execute()
-        return replies
+        # SET answers OK (True once redis-py has read it), DEL a count.
+        if len(replies) == len(batch) and all(
+            reply is True if blob is not None else type(reply) is int
+            for reply, (_, blob, _) in zip(replies, batch, strict=True)
+        ):
+            return replies
+        raise await self._bad_reply("SET")
+
+    async def _bad_reply(self, command: str) -> _BadReply:
+        """The error for a reply of the wrong type or shape, once the idle connections are gone.
+
+        The connection the reply came on may be out of step with its
+        commands (a late or extra reply in its stream): it went back to the
+        pool just now, without an await since, so it is among the idle
+        connections closed here, before any other command can take it.
+        """
+        client = self._client
+        with contextlib.suppress(Exception):
+            if isinstance(client, RedisCluster):
+                for node in client.get_nodes():
+                    await node.disconnect_free_connections()
+            else:
+                await client.connection_pool.disconnect(inuse_connections=False)
+        return _BadReply(f"unexpected reply to {command}")
 
     async def _ping_many(self, count: int) -> None:
         """``count`` concurrent PINGs: each needs its own connection, so this warms the pool."""

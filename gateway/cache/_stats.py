@@ -25,6 +25,7 @@ class CacheStats:
     redis_timeouts: int = 0
     redis_skipped: int = 0  # lookups not sent because the circuit was open
     redis_pool_exhausted: int = 0  # no connection slot within the short wait
+    redis_bad_replies: int = 0  # replies of the wrong type or shape for their command
     writes: int = 0
     writes_dropped: int = 0
     decode_errors: int = 0  # values that are not cache entries at all

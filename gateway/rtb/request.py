@@ -12,7 +12,9 @@ it, and rejecting it would throw away otherwise sound traffic.
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 from dataclasses import dataclass, fields
 from typing import Any, Final
 
@@ -22,6 +24,7 @@ from gateway.rtb._typed import NotTyped, decode_record
 
 __all__ = [
     "DEFAULT_MAX_REQUEST_BYTES",
+    "MAX_DEPTH",
     "App",
     "BidRequest",
     "Device",
@@ -40,6 +43,10 @@ __all__ = [
 ]
 
 DEFAULT_MAX_REQUEST_BYTES: Final = 64 * 1024
+# How deep arrays and objects may nest in a bid request (OpenRTB itself needs
+# about 8 levels). Deeper is refused: JSON readers that recurse per level (the
+# standard library's, and many a bidder's) fail far below what orjson allows.
+MAX_DEPTH: Final = 64
 
 # Primary kind of a multi-format impression: the richest format present.
 _KINDS: Final = ("video", "audio", "native", "banner")
@@ -191,7 +198,8 @@ def parse_bid_request(
 
     Raises `InvalidBidRequest` (a `ValueError`) naming the JSON path of the
     first problem found. Work is bounded: oversized bodies are refused
-    before parsing and orjson limits nesting depth.
+    before parsing, and so are arrays and objects nested deeper than
+    `MAX_DEPTH`.
     """
     return record_view(parse_record(data, max_bytes=max_bytes))
 
@@ -207,6 +215,7 @@ def parse_record(
     """
     if len(data) > max_bytes:
         raise InvalidBidRequest(f"request too large: {len(data)} bytes > limit {max_bytes}")
+    refuse_deep_nesting(data)
     try:
         return decode_record(data)
     except NotTyped:
@@ -228,8 +237,46 @@ def refuse_duplicate_keys(data: bytes | bytearray | memoryview | str) -> None:
         _PAIRS_DECODER.decode(text)
     except _DuplicateKey as duplicate:
         raise InvalidBidRequest(f"bid request: duplicate key {duplicate.args[0]!r}") from None
+    except RecursionError:
+        # This reader recurses per level. After `parse_record` (which refuses
+        # more than MAX_DEPTH levels) it cannot get here; called on its own, it may.
+        raise InvalidBidRequest(f"bid request: nested deeper than {MAX_DEPTH} levels") from None
     except ValueError as exc:  # the validators name any other problem
         raise InvalidBidRequest(f"not JSON: {exc}") from None
+
+
+# Every byte but the opening brackets, all but the brackets, and the brackets as
+# signed steps (+1 opening, 0xff = -1 closing) for a running sum of the depth.
+_NOT_OPENING: Final = bytes(b for b in range(256) if b not in b"[{")
+_NOT_BRACKET: Final = bytes(b for b in range(256) if b not in b"[]{}")
+_DEPTH_STEPS: Final = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+_JSON_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def refuse_deep_nesting(data: bytes | bytearray | memoryview | str) -> None:
+    """Raise `InvalidBidRequest` if arrays and objects in ``data`` nest deeper than `MAX_DEPTH`.
+
+    One pass in C for nearly every request: no more opening brackets than
+    `MAX_DEPTH` (strings included) means no deeper nesting. Only a request
+    with more is measured exactly, strings left out.
+    """
+    raw = data if isinstance(data, bytes) else _as_bytes(data)
+    if len(raw.translate(None, _NOT_OPENING)) <= MAX_DEPTH:
+        return
+    if _nesting_depth(raw) > MAX_DEPTH:
+        raise InvalidBidRequest(f"bid request: nested deeper than {MAX_DEPTH} levels")
+
+
+def _as_bytes(data: bytearray | memoryview | str) -> bytes:
+    if isinstance(data, str):
+        return data.encode("utf-8", "surrogatepass")  # a lone surrogate is the parser's to name
+    return bytes(data)
+
+
+def _nesting_depth(raw: bytes) -> int:
+    """The deepest nesting of arrays and objects in ``raw`` (JSON or not), strings left out."""
+    skeleton = _JSON_STRING.sub(b"", raw).translate(_DEPTH_STEPS, _NOT_BRACKET)
+    return max(itertools.accumulate(memoryview(skeleton).cast("b")), default=0)
 
 
 class _DuplicateKey(Exception):

@@ -15,8 +15,9 @@ passed to the bidder.
 
 Bid requests may come gzipped (``Content-Encoding: gzip``, as exchanges
 send them): they are inflated to at most ``max_inflated_bytes`` (more is a
-413, so a zip bomb costs that much memory and no more) and forwarded to the
-bidder as received, still gzipped. The bidder sees the sidecar's own
+413, so a zip bomb costs that much memory and no more) from at most
+``MAX_GZIP_MEMBERS`` gzip members (more is a 413 too), in work linear in the
+body, and forwarded to the bidder as received, still gzipped. The bidder sees the sidecar's own
 ``user-agent``.
 """
 
@@ -45,7 +46,14 @@ from gateway.rtb import BidFilter, Decision, FilterPolicy, Scorer
 from gateway.rtb.request import InvalidBidRequest, parse_bid_request, refuse_duplicate_keys
 from gateway.sidecar._metrics import BUCKETS
 
-__all__ = ["REASON_HEADER", "ROUTE_HEADER", "SCORE_HEADER", "RtbConfig", "RtbProxy"]
+__all__ = [
+    "MAX_GZIP_MEMBERS",
+    "REASON_HEADER",
+    "ROUTE_HEADER",
+    "SCORE_HEADER",
+    "RtbConfig",
+    "RtbProxy",
+]
 
 SCORE_HEADER: Final = "x-bid-filter-score"
 REASON_HEADER: Final = "x-bid-filter-reason"
@@ -65,6 +73,14 @@ _TRACE_HEADERS: Final = ("traceparent", "tracestate")
 _NO_BID: Final = 204
 _TEXT = ("Content-Type", "text/plain; charset=utf-8")
 _BATCH_BUCKETS: Final = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+# Gzip members one bid request may be made of (an exchange sends one): each
+# costs a decompressor, so a body of thousands of empty members is refused.
+MAX_GZIP_MEMBERS: Final = 64
+# Compressed bytes handed to zlib at a time. At the end of a member zlib
+# copies the rest of its input aside: fed whole, a body of many members
+# would be copied once per member (quadratic); fed in slices, each copy is
+# at most one slice.
+_INFLATE_SLICE: Final = 16 * 1024
 
 
 def _bidders(value: Any, key: str) -> Any:
@@ -210,16 +226,34 @@ class BodyRefused(Exception):
         self.status = status
 
 
-def inflate(body: bytes, limit: int) -> bytes:
+def inflate(body: bytes, limit: int, max_members: int = MAX_GZIP_MEMBERS) -> bytes:
     """The gzip ``body`` inflated, refused past ``limit`` bytes (a zip bomb stops there).
 
-    Several gzip members one after another (allowed by the format) are joined.
+    Several gzip members one after another (allowed by the format) are
+    joined, up to ``max_members`` of them. The work is linear in the body:
+    each byte is handed to zlib once, and zlib's copies at member ends are
+    bounded by ``_INFLATE_SLICE``.
     """
+    view = memoryview(body)
     parts: list[bytes] = []
     room = limit
-    data = body
-    while True:
-        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    start = 0
+    for _ in range(max_members):
+        start, room = _inflate_member(view, start, room, limit, parts)
+        if start == len(view):
+            return b"".join(parts)  # one part: that part itself, not a copy
+    raise BodyRefused(413, f"the gzip body has more than {max_members} members")
+
+
+def _inflate_member(
+    view: memoryview, start: int, room: int, limit: int, parts: list[bytes]
+) -> tuple[int, int]:
+    """Inflate the member at ``view[start:]`` into ``parts``; (where the next one starts, room)."""
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    while not inflater.eof:
+        if start == len(view):
+            raise BodyRefused(400, "the gzip body is truncated")
+        data = view[start : start + _INFLATE_SLICE]
         try:
             # At most room + 1 bytes: one more than allowed tells "too large".
             part = inflater.decompress(data, room + 1)
@@ -227,15 +261,12 @@ def inflate(body: bytes, limit: int) -> bytes:
             raise BodyRefused(400, "Content-Encoding is gzip but the body is not gzip") from None
         if len(part) > room:
             raise BodyRefused(413, f"the gzip body inflates to more than {limit} bytes")
-        if not inflater.eof:
-            if inflater.unconsumed_tail:  # pragma: no cover - the room check caught it
-                raise BodyRefused(413, f"the gzip body inflates to more than {limit} bytes")
-            raise BodyRefused(400, "the gzip body is truncated")
-        parts.append(part)
-        room -= len(part)
-        data = inflater.unused_data
-        if not data:
-            return part if len(parts) == 1 else b"".join(parts)
+        if part:
+            parts.append(part)
+            room -= len(part)
+        # Below the output cap zlib takes the whole slice, up to the member's end.
+        start += len(data) - len(inflater.unconsumed_tail) - len(inflater.unused_data)
+    return start, room
 
 
 def _bidder_targets(urls: Sequence[str]) -> list[tuple[Origin, str]]:

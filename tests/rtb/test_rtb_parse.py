@@ -131,7 +131,7 @@ MALFORMED = [
     (b"{", "not JSON"),
     (b"\xff\xfe", "not JSON"),
     (b"[1, 2]", "bid request: expected object, got array"),
-    (b"[" * 5000 + b"]" * 5000, "not JSON"),
+    (b"[" * 5000 + b"]" * 5000, "nested deeper than 64 levels"),
     (_with("imp", _DELETE), "missing required field: imp"),
     (_with("id", _DELETE), "missing required field: id"),
     (_with("id", 7), "id: expected string, got integer"),

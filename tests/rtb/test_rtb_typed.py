@@ -107,7 +107,7 @@ INVALID: list[tuple[bytes, str]] = [
     (b'{"id": "r", "imp": [{"id": "1", "banner": {}}], "x": "\\ud800"}', "not JSON"),
     (
         b'{"id": "r", "imp": [{"id": "1", "banner": {}}], "x": ' + b"[" * 2000 + b"]" * 2000 + b"}",
-        "not JSON",
+        "nested deeper than 64 levels",
     ),
 ]
 
