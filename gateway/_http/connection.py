@@ -249,7 +249,7 @@ class Connection:
             if self._drain_timer is not None:
                 self._drain_timer.cancel()
                 self._drain_timer = None
-            self._pool.stats.drained_after_cancel += 1
+            self._pool.drained(self)
         elif waiter is not None and not waiter.done():
             waiter.set_result(response)
         # The socket goes back to the pool (after the caller has its answer)
@@ -286,6 +286,10 @@ class Connection:
     def abandon(self, waiter: asyncio.Future[RawResponse], drain_timeout: float) -> None:
         """The caller stopped waiting; read the response out, then reuse the socket.
 
+        The socket drains for at most ``drain_timeout`` and only while the
+        pool can spare its slot: the pool closes it the moment a request
+        needs the slot (see ``OriginPool.draining``).
+
         ``waiter`` names the request giving up. A cancellation can be
         delivered after its response already completed and the socket went
         back to the pool and on to another request: then this is a no-op,
@@ -293,9 +297,15 @@ class Connection:
         """
         if self.closed or self._waiter is not waiter:
             return
-        self._abandoned = True
         self._waiter = None
+        if drain_timeout <= 0 or self._pool.slot_wanted():
+            # Someone waits for a slot (or the answer could only come too late):
+            # never make them wait on an answer nobody will read.
+            self.close()
+            return
+        self._abandoned = True
         self._drain_timer = self._loop.call_later(drain_timeout, self.close)
+        self._pool.draining(self)
 
     def timed_out(self, owner: object, deadline_bound: bool, read_timeout: float) -> None:
         # The error is built only when the timer fires, not for every request.
