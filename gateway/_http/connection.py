@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 import time
 from collections import deque
 from collections.abc import AsyncIterator
@@ -93,6 +94,9 @@ class Connection:
         # socket can go back to the pool instead of being closed.
         self._abandoned = False
         self._drain_timer: asyncio.TimerHandle | None = None
+        # Polls the OS socket for bytes or EOF the loop has not delivered yet
+        # (see has_unread); None without an OS socket (scripted tests).
+        self._poller: select.poll | None = None
 
     # asyncio callbacks
 
@@ -100,6 +104,23 @@ class Connection:
         # uvloop's transports do not subclass asyncio.Transport.
         self._transport = cast(asyncio.Transport, transport)
         self._pool.options_apply(self._transport)
+        sock = self._transport.get_extra_info("socket")
+        if sock is not None:
+            poller = select.poll()
+            poller.register(sock.fileno(), select.POLLIN)
+            self._poller = poller
+
+    def has_unread(self) -> bool:
+        """Bytes or an EOF wait on this idle socket that the loop has not delivered yet.
+
+        HTTP/1.1 cannot tell whose answer a response is: an answer that shows
+        up on an idle socket (an extra or a late one) would be read as the next
+        request's. The loop closes such a socket when it delivers the bytes;
+        this catches those that arrived since it last looked, right before
+        reuse (httpcore does the same). One non-blocking poll(2).
+        """
+        poller = self._poller
+        return poller is not None and len(poller.poll(0)) > 0
 
     def data_received(self, data: bytes) -> None:
         if self._waiter is None and self._stream is None and not self._abandoned:

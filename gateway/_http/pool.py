@@ -278,7 +278,9 @@ class OriginPool:
             connection.idle = False
             if connection.closed:
                 continue
-            if now - connection.last_used > expiry:
+            if now - connection.last_used > expiry or connection.has_unread():
+                # Expired, or bytes nobody asked for (or the server's close)
+                # wait on it: never hand it to a request.
                 connection.close()
                 continue
             return connection
