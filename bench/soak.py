@@ -2,7 +2,7 @@
 
 ::
 
-    python -m bench.soak [--duration SECONDS] [--quick] [--seed N] [--json]
+    python -m bench.soak [--duration SECONDS] [--quick] [--seed N] [--json] [--case CASE]
 
 An emulator child process serves two endpoints (``a`` and ``b``, one route
 ``pair`` over both, hedged and retried); a Redis server of our own backs
@@ -47,6 +47,12 @@ produce), attacks made and mishandled (not refused with the right status,
 or not cut off), the sidecar's resident memory at start and its peak
 (VmHWM), and p99 latency per phase. The exit status is 1 when any of hung,
 lost, wrong, incomplete, leaked, unexpected or mishandled is not 0.
+
+``--case hanging-hedge`` runs only a hanging target under hedging: a route of
+two targets on one emulator (one origin, a pool of 8), a tenth of the calls
+to a target that never answers, hedged within a budget of 30% then 5%. The
+route must keep answering: nothing hung, lost, wrong or leaked, no failure
+but a timeout, and the healthy target never ejected.
 """
 
 from __future__ import annotations
@@ -854,6 +860,188 @@ def report(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# -- the case of a hanging target under hedging ------------------------------------------
+
+# One origin, a pool of 8, a tenth of the traffic to a target that never answers;
+# the route hedges within a budget of 30%, then the default 5%.
+HANGING_POOL_SIZE = 8
+HANGING_BUDGETS = (0.3, 0.05)
+HANGING_CALLERS = 8
+HANGING_EMULATOR_CONFIG: dict[str, Any] = {
+    "seed": 29,
+    "auth": {"credentials": {ACCESS_KEY: SECRET_KEY}},
+    "endpoints": {
+        "good": {"latency": {"base_ms": 1.0, "jitter_ms": 0.5}},
+        # Held for an hour: never answered within the run.
+        "hang": {"faults": {"stall_rate": 1.0, "stall_ms": 3_600_000}},
+    },
+}
+
+
+@dataclass
+class HangingTally:
+    started: int = 0
+    succeeded: int = 0
+    # A call to the hanging target that no hedge rescued runs into its deadline:
+    # the only failure this case may produce (until the target is ejected).
+    timed_out: int = 0
+    unexpected: Counter[str] = field(default_factory=Counter)
+    hung: int = 0
+    wrong: int = 0
+    latencies: list[float] = field(default_factory=list)
+
+
+def _hanging_routes(budget: float) -> dict[str, Any]:
+    return {
+        "half": {
+            "targets": [{"endpoint": "hang", "weight": 1}, {"endpoint": "good", "weight": 9}],
+            "hedge": {"enabled": True, "max_extra_load": budget, "min_delay_ms": 5},
+            # As the main soak's route: an ejected target is probed again within seconds.
+            "retry": ROUTES["pair"]["retry"],
+            "ejection": ROUTES["pair"]["ejection"],
+        }
+    }
+
+
+async def _hanging_caller(
+    gw: Gateway, tally: HangingTally, stop: asyncio.Event, rng: random.Random
+) -> None:
+    while not stop.is_set():
+        tally.started += 1
+        body = b"half-%d-%d" % (id(rng), tally.started)
+        start = time.monotonic()
+        try:
+            async with asyncio.timeout(CALL_TIMEOUT_S + HANG_SLACK_S):
+                result = await gw.invoke("half", body, timeout=CALL_TIMEOUT_S)
+        except errors.DeadlineExceeded:
+            tally.timed_out += 1
+        except TimeoutError as error:
+            if isinstance(error, errors.GatewayError):  # a PoolTimeout: the pool filled up
+                tally.unexpected[type(error).__name__] += 1
+            else:
+                tally.hung += 1
+        except Exception as error:
+            tally.unexpected[type(error).__name__] += 1
+        else:
+            if result.body == body:
+                tally.succeeded += 1
+                tally.latencies.append(time.monotonic() - start)
+            else:
+                tally.wrong += 1
+        await asyncio.sleep(rng.random() * 0.004)
+
+
+async def _hanging_phase(url: str, budget: float, duration: float, seed: int) -> dict[str, Any]:
+    tally = HangingTally()
+    stop = asyncio.Event()
+    gw = Gateway(
+        "us-east-1",
+        endpoint_url=url,
+        credentials=(ACCESS_KEY, SECRET_KEY),
+        routes=_hanging_routes(budget),
+        # A pool wait shorter than the call's deadline: a full pool shows as PoolTimeout.
+        pool={
+            "max_connections": HANGING_POOL_SIZE,
+            "prewarm": 2,
+            "connect_timeout_ms": 300,
+            "pool_timeout_ms": 200,
+        },
+    )
+    async with gw:
+        callers = [
+            asyncio.create_task(_hanging_caller(gw, tally, stop, random.Random(seed + n)))
+            for n in range(HANGING_CALLERS)
+        ]
+        await asyncio.sleep(duration)
+        stop.set()
+        await asyncio.gather(*callers)
+        targets = {state.target.endpoint: state for state in gw.route("half").targets}
+        policy = gw.route("half").hedge_policy
+        open_at_end = gw.transport.open_connections()
+    recorded = tally.succeeded + tally.timed_out + tally.hung + tally.wrong
+    return {
+        "hedge_budget": budget,
+        "calls": tally.started,
+        "succeeded": tally.succeeded,
+        "timed_out": tally.timed_out,
+        "unexpected": dict(tally.unexpected),
+        "hung": tally.hung,
+        "lost": tally.started - recorded - sum(tally.unexpected.values()),
+        "wrong": tally.wrong,
+        "hedges_fired": policy.fired if policy is not None else 0,
+        "hanging_ejections": targets["hang"].ejections,
+        "healthy_ejections": targets["good"].ejections,
+        "open_connections_at_end": open_at_end,
+        "p99_ms": round(p99(tally.latencies) * 1000, 2) if tally.latencies else None,
+    }
+
+
+async def hanging_hedge_soak(duration: float, seed: int) -> dict[str, Any]:
+    """The route of a hanging and a healthy target, hedged: it must keep answering."""
+    sockets_at_start = socket_fds()
+    emulator = await asyncio.to_thread(Emulator.start_subprocess, HANGING_EMULATOR_CONFIG)
+    try:
+        phases = [
+            await _hanging_phase(emulator.url, budget, duration / len(HANGING_BUDGETS), seed)
+            for budget in HANGING_BUDGETS
+        ]
+    finally:
+        await asyncio.to_thread(emulator.stop)
+    leaked = socket_fds() - sockets_at_start
+    for _ in range(200):
+        if leaked <= 0:
+            break
+        await asyncio.sleep(0.01)
+        leaked = socket_fds() - sockets_at_start
+    totals = {
+        key: sum(phase[key] for phase in phases)
+        for key in ("calls", "succeeded", "timed_out", "hung", "lost", "wrong")
+    }
+    return {
+        "case": "hanging-hedge",
+        "duration_s": duration,
+        **totals,
+        "unexpected": sum(sum(phase["unexpected"].values()) for phase in phases),
+        "healthy_ejections": sum(phase["healthy_ejections"] for phase in phases),
+        "leaked_connections": max(leaked, 0),
+        "phases": phases,
+    }
+
+
+def report_hanging(summary: dict[str, Any]) -> str:
+    lines = [
+        f"soak, hanging target under hedging: {summary['duration_s']:g} s, "
+        f"pool of {HANGING_POOL_SIZE}, a tenth of the calls to a target that never answers",
+    ]
+    for phase in summary["phases"]:
+        lines += [
+            f"  hedge budget {phase['hedge_budget']:.0%}: calls {phase['calls']}, "
+            f"succeeded {phase['succeeded']}, timed out {phase['timed_out']}, "
+            f"unexpected {phase['unexpected'] or 0}, hung {phase['hung']}, "
+            f"lost {phase['lost']}, wrong {phase['wrong']}",
+            f"    hedges {phase['hedges_fired']}, ejections: hanging "
+            f"{phase['hanging_ejections']}, healthy {phase['healthy_ejections']}; "
+            f"open connections at the end {phase['open_connections_at_end']}; "
+            f"p99 {phase['p99_ms']} ms",
+        ]
+    lines.append(
+        f"  hung {summary['hung']}, lost {summary['lost']}, wrong {summary['wrong']}, "
+        f"leaked {summary['leaked_connections']}, unexpected {summary['unexpected']}, "
+        f"healthy target ejected {summary['healthy_ejections']} times"
+    )
+    return "\n".join(lines)
+
+
+HANGING_MUST_BE_ZERO = (
+    "hung",
+    "lost",
+    "wrong",
+    "leaked_connections",
+    "unexpected",
+    "healthy_ejections",
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.soak", description=__doc__.split("\n")[0]
@@ -868,6 +1056,12 @@ def main(argv: list[str] | None = None) -> int:
         default=HOSTILE_RATE,
         help=f"share of exchanges spoilt in hostile spells (default {HOSTILE_RATE})",
     )
+    parser.add_argument(
+        "--case",
+        choices=("full", "hanging-hedge"),
+        default="full",
+        help="full: the whole soak (default); hanging-hedge: a hanging target under hedging only",
+    )
     args = parser.parse_args(argv)
     duration = 12.0 if args.quick else args.duration
     if duration <= 0:
@@ -877,6 +1071,8 @@ def main(argv: list[str] | None = None) -> int:
             del os.environ[name]
     if not 0 <= args.hostile_rate <= 1:
         parser.error("--hostile-rate must be in [0, 1]")
+    if args.case == "hanging-hedge":
+        return _run_hanging(duration, args.seed, args.json)
     summary = asyncio.run(soak(duration, args.seed, args.hostile_rate))
     print(report(summary), flush=True)
     bad_redis = asyncio.run(misbehaving_redis_case(max(4.0, duration / 4), args.seed))
@@ -898,6 +1094,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     bad = bad or any(bad_redis[key] for key in BAD_REDIS_MUST_BE_ZERO)
     return 1 if bad else 0
+
+
+def _run_hanging(duration: float, seed: int, as_json: bool) -> int:
+    summary = asyncio.run(hanging_hedge_soak(duration, seed))
+    print(report_hanging(summary), flush=True)
+    if as_json:
+        print(orjson.dumps(summary).decode(), flush=True)
+    return 1 if any(summary[key] for key in HANGING_MUST_BE_ZERO) else 0
 
 
 if __name__ == "__main__":

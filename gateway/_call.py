@@ -38,6 +38,7 @@ failure, so the success path pays nothing for retry machinery.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -145,6 +146,11 @@ class _Race:
 
 def outcome_of(error: BaseException) -> Outcome:
     """How an attempt's failure counts for the target's health."""
+    if isinstance(error, errors.PoolTimeout) or (
+        isinstance(error, errors.DeadlineExceeded) and not error.sent
+    ):
+        # The request never left: a full pool is nobody's failure but the pool's.
+        return _CANCELLED
     if isinstance(error, errors.ModelNotReady):
         return _NEUTRAL  # the model is loading there; the endpoint is fine
     if isinstance(error, errors.ServiceError):
@@ -195,6 +201,26 @@ def emit_attempt(
         emit(HedgeLost(route, target))
 
 
+def cancelled_outcome(error: BaseException, kind: str, deadline: float) -> Outcome:
+    """How a cancelled attempt counts: against its target only if the target was too slow.
+
+    A primary that lost to its hedge was slower than the hedge delay plus the
+    hedge's whole answer; an attempt still unanswered at its call's deadline
+    timed out (the canceller merely beat the transport's timer). Anything
+    else (a hedge that lost, a caller giving up early) is nobody's failure.
+    """
+    if (
+        kind == PRIMARY
+        and isinstance(error, asyncio.CancelledError)
+        and error.args
+        and error.args[0] == _HEDGE_WON
+    ):
+        return _FAILURE
+    if time.monotonic() >= deadline:
+        return _FAILURE
+    return _CANCELLED
+
+
 def record(
     route: Route,
     state: TargetState,
@@ -203,12 +229,13 @@ def record(
     error: BaseException | None,
     kind: str,
     emit: Emit | None,
+    deadline: float = math.inf,
 ) -> None:
     """The one place an attempt is recorded: the target's health, then the event stream."""
     if error is None:
         route.finish(state, started, _SUCCESS)
     elif isinstance(error, asyncio.CancelledError | GeneratorExit):
-        route.finish(state, started, _CANCELLED)
+        route.finish(state, started, cancelled_outcome(error, kind, deadline))
         error = asyncio.CancelledError() if isinstance(error, GeneratorExit) else error
     else:
         route.finish(state, started, outcome_of(error))
@@ -273,7 +300,7 @@ class Invoker:
     ) -> None:
         route = call.route
         endpoint = self.plan(route, state).endpoint if self.emit is not None else ""
-        record(route, state, endpoint, started, error, kind, self.emit)
+        record(route, state, endpoint, started, error, kind, self.emit, call.deadline)
 
     async def _attempt_recorded(
         self, call: CallSpec, state: TargetState, started: float, kind: str
@@ -526,7 +553,7 @@ class Invoker:
         started = route.start(state)
 
         def finished(error: BaseException | None) -> None:
-            record(route, state, plan.endpoint, started, error, PRIMARY, self.emit)
+            record(route, state, plan.endpoint, started, error, PRIMARY, self.emit, deadline)
 
         try:
             stream = await self._transport.stream(request, deadline)
@@ -557,7 +584,7 @@ class Invoker:
             error = exc
             raise
         finally:
-            record(route, state, plan.endpoint, started, error, PRIMARY, self.emit)
+            record(route, state, plan.endpoint, started, error, PRIMARY, self.emit, deadline)
 
     # -- active health checks ----------------------------------------------------
 

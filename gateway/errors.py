@@ -135,9 +135,17 @@ class ReadTimeout(TimeoutError):
 
 
 class DeadlineExceeded(TimeoutError):
-    """The call's single deadline passed; nothing it started is still running."""
+    """The call's single deadline passed; nothing it started is still running.
+
+    ``sent`` is False when the request never left (the deadline passed while it
+    waited for a pooled connection): then no target is to blame for it.
+    """
 
     retryable = False
+
+    def __init__(self, message: str, *, sent: bool = True) -> None:
+        super().__init__(message)
+        self.sent = sent
 
 
 # -- service ----------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 import time
 from collections import deque
 from collections.abc import AsyncIterator
@@ -93,6 +94,9 @@ class Connection:
         # socket can go back to the pool instead of being closed.
         self._abandoned = False
         self._drain_timer: asyncio.TimerHandle | None = None
+        # Polls the OS socket for bytes or EOF the loop has not delivered yet
+        # (see has_unread); None without an OS socket (scripted tests).
+        self._poller: select.poll | None = None
 
     # asyncio callbacks
 
@@ -100,6 +104,23 @@ class Connection:
         # uvloop's transports do not subclass asyncio.Transport.
         self._transport = cast(asyncio.Transport, transport)
         self._pool.options_apply(self._transport)
+        sock = self._transport.get_extra_info("socket")
+        if sock is not None:
+            poller = select.poll()
+            poller.register(sock.fileno(), select.POLLIN)
+            self._poller = poller
+
+    def has_unread(self) -> bool:
+        """Bytes or an EOF wait on this idle socket that the loop has not delivered yet.
+
+        HTTP/1.1 cannot tell whose answer a response is: an answer that shows
+        up on an idle socket (an extra or a late one) would be read as the next
+        request's. The loop closes such a socket when it delivers the bytes;
+        this catches those that arrived since it last looked, right before
+        reuse (httpcore does the same). One non-blocking poll(2).
+        """
+        poller = self._poller
+        return poller is not None and len(poller.poll(0)) > 0
 
     def data_received(self, data: bytes) -> None:
         if self._waiter is None and self._stream is None and not self._abandoned:
@@ -249,7 +270,7 @@ class Connection:
             if self._drain_timer is not None:
                 self._drain_timer.cancel()
                 self._drain_timer = None
-            self._pool.stats.drained_after_cancel += 1
+            self._pool.drained(self)
         elif waiter is not None and not waiter.done():
             waiter.set_result(response)
         # The socket goes back to the pool (after the caller has its answer)
@@ -286,6 +307,10 @@ class Connection:
     def abandon(self, waiter: asyncio.Future[RawResponse], drain_timeout: float) -> None:
         """The caller stopped waiting; read the response out, then reuse the socket.
 
+        The socket drains for at most ``drain_timeout`` and only while the
+        pool can spare its slot: the pool closes it the moment a request
+        needs the slot (see ``OriginPool.draining``).
+
         ``waiter`` names the request giving up. A cancellation can be
         delivered after its response already completed and the socket went
         back to the pool and on to another request: then this is a no-op,
@@ -293,9 +318,15 @@ class Connection:
         """
         if self.closed or self._waiter is not waiter:
             return
-        self._abandoned = True
         self._waiter = None
+        if drain_timeout <= 0 or self._pool.slot_wanted():
+            # Someone waits for a slot (or the answer could only come too late):
+            # never make them wait on an answer nobody will read.
+            self.close()
+            return
+        self._abandoned = True
         self._drain_timer = self._loop.call_later(drain_timeout, self.close)
+        self._pool.draining(self)
 
     def timed_out(self, owner: object, deadline_bound: bool, read_timeout: float) -> None:
         # The error is built only when the timer fires, not for every request.

@@ -102,7 +102,7 @@ class HttpxTransport:
     def _timeout(self, deadline: float) -> tuple[httpx.Timeout, float]:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise errors.DeadlineExceeded("the call's deadline passed before sending")
+            raise errors.DeadlineExceeded("the call's deadline passed before sending", sent=False)
         options = self.options
         return (
             httpx.Timeout(
@@ -229,6 +229,9 @@ def _timeout_error(
     if isinstance(exc, httpx.PoolTimeout):
         if remaining >= options.pool_timeout:
             return errors.PoolTimeout(str(exc) or "no pooled connection became free in time")
+        return errors.DeadlineExceeded(
+            "the call's deadline passed waiting for a connection", sent=False
+        )
     elif isinstance(exc, httpx.ConnectTimeout):
         if remaining >= options.connect_timeout:
             return errors.ConnectTimeout(str(exc) or "connect timed out")

@@ -32,7 +32,9 @@ __all__ = ["NativeTransport", "Opener"]
 
 
 def _expired() -> errors.DeadlineExceeded:
-    return errors.DeadlineExceeded("the call's deadline passed before the request was sent")
+    return errors.DeadlineExceeded(
+        "the call's deadline passed before the request was sent", sent=False
+    )
 
 
 def _unexpired(pool: OriginPool, connection: Connection, deadline: float) -> float:
@@ -113,7 +115,9 @@ class NativeTransport:
                     if not reused or retried:
                         raise
                 except asyncio.CancelledError:
-                    connection.abandon(waiter, self.options.read_timeout)
+                    # Read out until the attempt's own time was up, no longer.
+                    allowance = min(deadline, now + self.options.read_timeout) - time.monotonic()
+                    connection.abandon(waiter, allowance)
                     raise
                 finally:
                     slot.pop(waiter, None)

@@ -145,6 +145,10 @@ class OriginPool:
         # counted as taken, or a newcomer could take the same slot.
         self._granted = 0
         self._waiters: deque[asyncio.Future[Connection | None]] = deque()
+        # Sockets still reading out an answer their caller gave up on (a hedge
+        # loser, a cancelled call), oldest first: they keep their slot only
+        # while nobody else needs it.
+        self._draining: dict[Connection, None] = {}
         self._addresses: list[tuple[str, int]] = []
         self._reaper: asyncio.TimerHandle | None = None
         self.deadlines = DeadlineWheel(self.loop, options.read_timeout)
@@ -237,13 +241,34 @@ class OriginPool:
 
     async def acquire_fresh(self, deadline: float, now: float) -> tuple[Connection, bool]:
         """A new connection if a slot is free, else the next one released."""
-        if self._has_free_slot():
+        if self._has_free_slot() or self._evict_draining():
             return await self._connect_within(deadline, now), False
         return await self._wait_for_release(deadline, now)
 
     def _has_free_slot(self) -> bool:
         taken = len(self._open) + self._connecting + self._granted
         return taken < self.options.max_connections
+
+    def _evict_draining(self) -> bool:
+        """Close draining sockets, oldest first, until a slot is free; False if none is."""
+        draining = self._draining
+        while draining:
+            next(iter(draining)).close()  # forget() drops it from _draining
+            if self._has_free_slot():
+                return True
+        return False
+
+    def slot_wanted(self) -> bool:
+        """Whether a request is queued for a slot."""
+        return bool(self._waiters)
+
+    def draining(self, connection: Connection) -> None:
+        """``connection`` reads out an abandoned answer, in a slot it gives up on demand."""
+        self._draining[connection] = None
+
+    def drained(self, connection: Connection) -> None:
+        self._draining.pop(connection, None)
+        self.stats.drained_after_cancel += 1
 
     def pop_idle(self, now: float) -> Connection | None:
         idle = self._idle
@@ -253,7 +278,9 @@ class OriginPool:
             connection.idle = False
             if connection.closed:
                 continue
-            if now - connection.last_used > expiry:
+            if now - connection.last_used > expiry or connection.has_unread():
+                # Expired, or bytes nobody asked for (or the server's close)
+                # wait on it: never hand it to a request.
                 connection.close()
                 continue
             return connection
@@ -264,7 +291,9 @@ class OriginPool:
         remaining = deadline - now
         if remaining <= 0:
             self._slot_freed()
-            raise errors.DeadlineExceeded("deadline passed before a connection could be opened")
+            raise errors.DeadlineExceeded(
+                "deadline passed before a connection could be opened", sent=False
+            )
         timeout = min(self.options.connect_timeout, remaining)
         self._connecting += 1
         connection: Connection | None = None
@@ -344,6 +373,7 @@ class OriginPool:
             self._schedule_reaper()
 
     def forget(self, connection: Connection) -> None:
+        self._draining.pop(connection, None)
         if connection in self._open:
             self._open.discard(connection)
             self.stats.connections_closed += 1
@@ -397,7 +427,9 @@ def _expire(waiter: asyncio.Future[Connection | None], deadline_bound: bool) -> 
     if not waiter.done():
         if deadline_bound:
             waiter.set_exception(
-                errors.DeadlineExceeded("the call's deadline passed waiting for a connection")
+                errors.DeadlineExceeded(
+                    "the call's deadline passed waiting for a connection", sent=False
+                )
             )
         else:
             waiter.set_exception(errors.PoolTimeout("no pooled connection became free in time"))

@@ -70,3 +70,23 @@ def test_quick_soak_with_hostile_upstream_and_attacks_has_nothing_hung_lost_wron
     assert summary["sidecar_peak_rss_mib"] - summary["sidecar_rss_start_mib"] < 64
     counted = summary["succeeded"] + summary["failed"] + summary["hung"] + summary["wrong"]
     assert summary["calls"] == counted + summary["incomplete"]
+
+
+def test_quick_soak_of_a_hanging_target_under_hedging_keeps_the_route_answering() -> None:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.soak", "--quick", "--json", "--case", "hanging-hedge"],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    summary: dict[str, Any] = orjson.loads(done.stdout.strip().splitlines()[-1])
+    for key in ("hung", "lost", "wrong", "leaked_connections", "unexpected", "healthy_ejections"):
+        assert summary[key] == 0, (key, done.stdout)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for phase in summary["phases"]:
+        # The hanging target took its share of calls, and was ejected for it.
+        assert phase["hanging_ejections"] >= 1, done.stdout
+        assert phase["succeeded"] > 0.95 * phase["calls"], done.stdout

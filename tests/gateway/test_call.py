@@ -15,6 +15,9 @@ from typing import Any
 import pytest
 
 from gateway import Gateway, InvokeResult, errors
+from gateway._call import _HEDGE_WON, _PRIMARY_WON, cancelled_outcome, outcome_of
+from gateway._events import HEDGE, PRIMARY
+from gateway.routing import Outcome
 from tests.gateway._scripted import Held, ScriptedTransport
 
 ROUTE = "bid"
@@ -205,3 +208,38 @@ async def test_no_hedge_when_the_primary_answers_at_once(
         result = await hedging_gw.invoke(ROUTE, b"row")
         assert not result.hedged
     assert len(transport.sent) == 20
+
+
+# -- what a failed or cancelled attempt costs its target ------------------------------
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        errors.PoolTimeout("no pooled connection became free in time"),
+        errors.DeadlineExceeded("the deadline passed waiting for a connection", sent=False),
+    ],
+)
+def test_an_attempt_that_never_left_the_pool_is_charged_to_no_target(error: Exception) -> None:
+    assert outcome_of(error) is Outcome.CANCELLED
+
+
+def test_a_deadline_passing_after_the_request_left_is_the_targets_failure() -> None:
+    assert outcome_of(errors.DeadlineExceeded("the call's deadline passed")) is Outcome.FAILURE
+
+
+def test_a_primary_that_lost_to_its_hedge_is_charged_to_its_target() -> None:
+    later = time.monotonic() + 60
+    lost = asyncio.CancelledError(_HEDGE_WON)
+    assert cancelled_outcome(lost, PRIMARY, later) is Outcome.FAILURE
+    # The hedge that lost to its primary, and a caller giving up early: nobody's failure.
+    assert cancelled_outcome(asyncio.CancelledError(_PRIMARY_WON), HEDGE, later) is (
+        Outcome.CANCELLED
+    )
+    assert cancelled_outcome(asyncio.CancelledError(), PRIMARY, later) is Outcome.CANCELLED
+
+
+def test_an_attempt_cancelled_at_its_deadline_is_charged_to_its_target() -> None:
+    past = time.monotonic() - 0.001
+    assert cancelled_outcome(asyncio.CancelledError(), PRIMARY, past) is Outcome.FAILURE
+    assert cancelled_outcome(asyncio.CancelledError(), HEDGE, past) is Outcome.FAILURE

@@ -503,6 +503,60 @@ async def test_a_request_after_a_cancelled_one_never_takes_the_dirty_socket(
     assert transport.stats.drained_after_cancel == 0
 
 
+async def test_a_draining_socket_gives_its_slot_to_the_next_request_at_once(
+    network: ScriptedNetwork, make: Make
+) -> None:
+    transport = make(max_connections=1, pool_timeout_ms=10_000)
+    call = start(transport, b"q")
+    sock = await network.next_socket()
+    await sock.next_request()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    # The only slot is wanted: the abandoned answer is not waited for.
+    fresh = await serve(network, transport, b"next")
+    assert fresh is not sock
+    assert sock.closed_by_client
+    assert transport.stats.drained_after_cancel == 0
+
+
+async def test_a_cancelled_attempt_with_a_request_queued_closes_its_socket_at_once(
+    network: ScriptedNetwork, make: Make
+) -> None:
+    transport = make(max_connections=1, pool_timeout_ms=10_000)
+    first = start(transport, b"1")
+    sock = await network.next_socket()
+    await sock.next_request()
+    second = start(transport, b"2")
+    await asyncio.sleep(0)  # the second call queues: no slot is free
+    assert len(pool_of(transport)._waiters) == 1
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert sock.closed_by_client
+    fresh = await network.next_socket()
+    assert fresh is not sock
+    assert await fresh.next_request() == head(1) + b"2"
+    fresh.feed(response(b"2"))
+    assert (await answered(second)).body == b"2"
+
+
+async def test_an_abandoned_answer_is_drained_no_longer_than_the_call_had_left(
+    network: ScriptedNetwork, make: Make
+) -> None:
+    transport = make(read_timeout_ms=60_000)
+    call = start(transport, b"q", later(0.05))
+    sock = await network.next_socket()
+    await sock.next_request()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert not sock.closed_by_client  # draining: the pool can spare the slot
+    # Closed once the call's own deadline passes, not after the read timeout.
+    await asyncio.wait_for(sock.client_closed.wait(), GUARD_S)
+    assert pool_of(transport).open_connections == 0
+
+
 async def test_closing_an_unfinished_stream_closes_its_socket(
     network: ScriptedNetwork, make: Make
 ) -> None:

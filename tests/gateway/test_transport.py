@@ -410,8 +410,10 @@ async def test_cancelled_request_never_poisons_the_pool(
         answer = await transport.request(prepared(server.url, f"/next-{index}"), deadline())
         assert answer.body == f"/next-{index}".encode()
     if kind == "native":
-        assert transport.stats.drained_after_cancel == 1
-        assert server.accepted == 1  # drained and reused, not closed
+        # The pool's only slot was wanted: the loser's socket was closed at once
+        # instead of holding the slot while its answer drained.
+        assert transport.stats.drained_after_cancel == 0
+        assert server.accepted == 2
     await settle(transport)
 
 
