@@ -27,6 +27,7 @@ __all__ = [
     "ReadTimeout",
     "ResponseStreamError",
     "ServiceError",
+    "ServiceModelUnavailable",
     "ServiceUnavailable",
     "SignatureError",
     "StaleConnection",
@@ -64,6 +65,19 @@ class InvalidRequest(GatewayError, ValueError):
 
 class InvalidHeaderValue(InvalidRequest):
     """A header value no HTTP request may carry (CR, LF, NUL, control characters)."""
+
+
+class ServiceModelUnavailable(GatewayError):
+    """The installed botocore predates the service's model; the message names the release."""
+
+    def __init__(self, service: str, required: str, installed: str) -> None:
+        super().__init__(
+            f"{service} needs botocore >= {required}, which ships its model; this environment "
+            f"has botocore {installed} (pip install 'botocore>={required}')"
+        )
+        self.service = service
+        self.required = required
+        self.installed = installed
 
 
 # -- transport --------------------------------------------------------------
