@@ -9,6 +9,10 @@ from typing import Any, Literal
 
 from gateway._config_reader import fail, http_url, load_toml, read, section, setting
 from gateway.emulator._errors import ERROR_CODES
+from gateway.errors import ConfigError
+
+# A Global Inference Gateway's limit on a request body (10 MiB).
+GLOBAL_GATEWAY_MAX_BODY = 10 * 1024 * 1024
 
 
 @section("model")
@@ -135,6 +139,29 @@ class EmulatorConfig:
     account_id: str = "123456789012"
     region: str = "us-east-1"
     max_body_size: int = setting(default=6 * 1024 * 1024, ge=1)  # SageMaker's 6 MB payload limit
+    inference_routers: Mapping[str, InferenceRouterConfig] = field(default_factory=dict)
+    global_inference_gateways: Mapping[str, GlobalInferenceGatewayConfig] = field(
+        default_factory=dict
+    )
+
+    def __post_init__(self) -> None:
+        for router in self.inference_routers.values():
+            for target in router.routing_targets.values():
+                for index, destination in enumerate(target.destinations):
+                    if destination.endpoint not in self.endpoints:
+                        key = (
+                            f"inference_routers.{router.name}.routing_targets.{target.name}"
+                            f".destinations[{index}].endpoint"
+                        )
+                        raise ConfigError.at(key, f"no endpoint {destination.endpoint!r}")
+
+    def server_body_limit(self) -> int:
+        """The HTTP server's cap on a body: past each runtime's own limit, so a body a
+        little over it gets that runtime's answer (a Global Inference Gateway's typed
+        413 over 10 MiB); SageMaker Runtime's limit is checked by the service."""
+        if not self.global_inference_gateways:
+            return self.max_body_size
+        return max(self.max_body_size, GLOBAL_GATEWAY_MAX_BODY + 1024 * 1024)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EmulatorConfig:
@@ -146,6 +173,14 @@ class EmulatorConfig:
 
     @classmethod
     def default(cls, seed: int | None = None) -> EmulatorConfig:
-        """Endpoints for demos and tests: echo, constant, mme, bid-filter, slow, flaky."""
+        """Endpoints for demos and tests (echo, constant, mme, bid-filter, bid-filter-eu, slow,
+        flaky), the inference router bid-router and the Global Inference Gateway demo."""
         data = load_toml(Path(__file__).with_name("data") / "default.toml")
         return cls.from_dict(data if seed is None else {**data, "seed": seed})
+
+
+# The routers' and gateways' sections use LatencyConfig above.
+from gateway.emulator._runtime_config import (  # noqa: E402
+    GlobalInferenceGatewayConfig,
+    InferenceRouterConfig,
+)
