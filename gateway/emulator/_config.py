@@ -11,7 +11,9 @@ from gateway._config_reader import fail, http_url, load_toml, read, section, set
 from gateway.emulator._errors import ERROR_CODES
 from gateway.errors import ConfigError
 
-# A Global Inference Gateway's limit on a request body (10 MiB).
+# The limits on a request body of an inference router (6 MB) and a Global Inference
+# Gateway (10 MiB).
+ROUTER_MAX_BODY = 6 * 1024 * 1024
 GLOBAL_GATEWAY_MAX_BODY = 10 * 1024 * 1024
 
 
@@ -156,12 +158,16 @@ class EmulatorConfig:
                         raise ConfigError.at(key, f"no endpoint {destination.endpoint!r}")
 
     def server_body_limit(self) -> int:
-        """The HTTP server's cap on a body: past each runtime's own limit, so a body a
-        little over it gets that runtime's answer (a Global Inference Gateway's typed
-        413 over 10 MiB); SageMaker Runtime's limit is checked by the service."""
-        if not self.global_inference_gateways:
-            return self.max_body_size
-        return max(self.max_body_size, GLOBAL_GATEWAY_MAX_BODY + 1024 * 1024)
+        """The HTTP server's cap on a body: 1 MiB past the largest runtime limit, so a body
+        a little over a runtime's limit gets that runtime's own typed 413 (an inference
+        router's over 6 MB, a Global Inference Gateway's over 10 MiB); SageMaker Runtime's
+        limit (``max_body_size``) is then checked by the service, with the same answer."""
+        limits = [self.max_body_size]
+        if self.inference_routers:
+            limits.append(ROUTER_MAX_BODY + 1024 * 1024)
+        if self.global_inference_gateways:
+            limits.append(GLOBAL_GATEWAY_MAX_BODY + 1024 * 1024)
+        return max(limits)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EmulatorConfig:

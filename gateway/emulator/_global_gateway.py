@@ -25,10 +25,14 @@ from typing import Any
 
 import orjson
 
-from gateway._aws.eventstream import encode_payload_part, internal_stream_failure
+from gateway._aws.eventstream import (
+    encode_payload_part,
+    internal_stream_failure,
+    model_stream_error,
+)
 from gateway._config_reader import read
 from gateway._server.http import Request, Response, StreamingResponse
-from gateway.emulator._config import LatencyConfig
+from gateway.emulator._config import GLOBAL_GATEWAY_MAX_BODY, LatencyConfig
 from gateway.emulator._runtime_config import (
     GATEWAY_OWN_ERROR_CODES,
     GlobalGatewayFaultConfig,
@@ -38,7 +42,7 @@ from gateway.emulator._runtime_errors import WireError
 
 __all__ = ["MAX_GATEWAY_BODY", "ForwardedRequest", "GlobalGatewayService", "GlobalGatewayStats"]
 
-MAX_GATEWAY_BODY = 10 * 1024 * 1024  # 10 MiB
+MAX_GATEWAY_BODY = GLOBAL_GATEWAY_MAX_BODY  # 10 MiB
 OWN = "Global Inference Gateway: "
 _GATEWAY_ID = re.compile(r"[a-z0-9]{1,64}")
 _JWT = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
@@ -214,7 +218,6 @@ class GlobalGatewayService:
         self, request: Request, gateway_id: str, request_id: str, stream: bool
     ) -> Response | StreamingResponse:
         gateway = self._find(gateway_id)
-        _check_identity_token(request)
         _check_content_type(request.headers.get("content-type"))
         if len(request.body) > MAX_GATEWAY_BODY:
             raise WireError(
@@ -259,7 +262,8 @@ class GlobalGatewayService:
         )
         if fail:
             self.stats.stream_failures[gateway_id] += 1
-        events = _sse_events(completion, config.stream_interval_ms / 1000, fail)
+        failure = gateway.faults.stream_failure_event if fail else None
+        events = _sse_events(completion, config.stream_interval_ms / 1000, failure)
         return StreamingResponse(events, 200, headers)
 
     def _find(self, gateway_id: str) -> _Gateway:
@@ -283,20 +287,6 @@ def _check_content_type(content_type: str | None) -> None:
             415,
             "UnsupportedMediaTypeException",
             f"{OWN}unsupported content type {content_type or '(none)'!r}: send application/json",
-        )
-
-
-def _check_identity_token(request: Request) -> None:
-    """The identity token must be among the signed headers (never quoted in an error)."""
-    if _IDENTITY_HEADER not in request.headers:
-        return
-    authorization = request.headers.get("authorization")
-    if authorization is None:
-        return  # unsigned requests: the emulator's auth settings decide
-    signed = authorization.partition("SignedHeaders=")[2].split(",", 1)[0]
-    if _IDENTITY_HEADER not in signed.split(";"):
-        raise _validation(
-            "the X-Amzn-SageMaker-Customer-Identity-Token header must be signed (SigV4)"
         )
 
 
@@ -397,12 +387,16 @@ def _chunks(completion: dict[str, Any]) -> list[bytes]:
 
 
 async def _sse_events(
-    completion: dict[str, Any], interval_s: float, fail: bool
+    completion: dict[str, Any], interval_s: float, failure: str | None
 ) -> AsyncIterator[bytes]:
+    """The SSE chunks; with a ``failure``, that event after the first, and the end."""
     for index, chunk in enumerate(_chunks(completion)):
         if index and interval_s:
             await asyncio.sleep(interval_s)
-        if fail and index == 1:
-            yield internal_stream_failure("inference gateway: response ended unexpectedly")
+        if failure is not None and index == 1:
+            if failure == "ModelStreamError":
+                yield model_stream_error("inference gateway: the stream broke", "StreamBroken")
+            else:
+                yield internal_stream_failure("inference gateway: response ended unexpectedly")
             return
         yield encode_payload_part(chunk)

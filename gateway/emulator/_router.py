@@ -24,6 +24,7 @@ import orjson
 
 from gateway._config_reader import read
 from gateway._server.http import AbortConnection, Request, Response
+from gateway.emulator._config import ROUTER_MAX_BODY
 from gateway.emulator._errors import SageMakerError
 from gateway.emulator._runtime_config import (
     ROUTER_ERROR_CODES,
@@ -35,7 +36,7 @@ from gateway.emulator._runtime_errors import WireError
 
 __all__ = ["MAX_ROUTER_BODY", "RouterService", "RouterStats"]
 
-MAX_ROUTER_BODY = 6 * 1024 * 1024  # 6 MB
+MAX_ROUTER_BODY = ROUTER_MAX_BODY  # 6 MB
 _NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9])*")
 _INPUT_LOCATION = re.compile(r"(https|s3)://([^/]+)/?(.*)")
 _PATH_EXTENSION = re.compile(r"(?!s3:|https:)[a-zA-Z0-9!_.*'()/-]+")
@@ -78,6 +79,10 @@ _INJECTED = {
 
 def router_error(code: str, message: str, fields: Mapping[str, object] | None = None) -> WireError:
     return WireError(ROUTER_ERROR_CODES[code], code, message, fields)
+
+
+class _AttemptTimedOut(WireError):
+    """An attempt past its time limit: not retried, the model may still be running it."""
 
 
 def _printable(value: str) -> bool:
@@ -356,6 +361,13 @@ class RouterService:
         return router, target
 
     async def invoke(self, request: Request, name: str, request_id: str) -> Response:
+        try:
+            return await self._invoke(request, name, request_id)
+        except WireError as error:
+            self.stats.errors[(name, error.code)] += 1
+            raise
+
+    async def _invoke(self, request: Request, name: str, request_id: str) -> Response:
         _check_headers(_INVOKE_RULES, request.headers)
         if len(request.body) > MAX_ROUTER_BODY:
             raise WireError(
@@ -367,11 +379,7 @@ class RouterService:
         if not request.body:
             raise router_error("ValidationException", "The request body can't be empty.")
         router, target = self._resolve(request, name, "real-time")
-        try:
-            return await self._route(router, target, request, request_id)
-        except WireError as error:
-            self.stats.errors[(name, error.code)] += 1
-            raise
+        return await self._route(router, target, request, request_id)
 
     async def _route(
         self, router: _Router, target: str, request: Request, request_id: str
@@ -390,7 +398,8 @@ class RouterService:
             try:
                 answer = await self._attempt(router, destination, request, request_id)
             except WireError as error:
-                if len(tried) == 1 and error.code in _RETRYABLE and len(destinations) > 1:
+                retryable = error.code in _RETRYABLE and not isinstance(error, _AttemptTimedOut)
+                if len(tried) == 1 and retryable and len(destinations) > 1:
                     self.stats.retries[(router.name, target)] += 1
                     continue
                 raise
@@ -423,8 +432,8 @@ class RouterService:
                     request_id,
                 )
         except TimeoutError:
-            # Not retried: the model may still be working on it.
-            raise router_error(
+            raise _AttemptTimedOut(
+                ROUTER_ERROR_CODES["ServiceUnavailableException"],
                 "ServiceUnavailableException",
                 f"The destination {destination.arn} did not respond within "
                 f"{router.config.attempt_timeout_s:g} seconds.",
@@ -440,6 +449,13 @@ class RouterService:
             destination.in_flight -= 1
 
     def invoke_async(self, request: Request, name: str, request_id: str) -> Response:
+        try:
+            return self._invoke_async(request, name, request_id)
+        except WireError as error:
+            self.stats.errors[(name, error.code)] += 1
+            raise
+
+    def _invoke_async(self, request: Request, name: str, request_id: str) -> Response:
         headers = request.headers
         _check_headers(_ASYNC_RULES, headers)
         if not headers.get("x-amzn-sagemaker-inputlocation"):

@@ -147,8 +147,12 @@ class GlobalGatewayFaultConfig:
     upstream_error_rates: Mapping[str, float] = setting(factory=dict, ge=0, le=1)
     # The component an upstream error names: "inference gateway (<component>): ...".
     upstream_component: Literal["", "config", "scheduler", "model selector", "model server"] = ""
-    # Streams: probability of an InternalStreamFailure after the first part.
+    # Streams: probability of a failure event after the first part, and which: AWS sends
+    # InternalStreamFailure; ModelStreamError is modeled but reserved (not sent today).
     stream_failure_rate: float = setting(default=0.0, ge=0, le=1)
+    stream_failure_event: Literal["InternalStreamFailure", "ModelStreamError"] = (
+        "InternalStreamFailure"
+    )
     # Retry-After (seconds) on a 429.
     retry_after_s: int = setting(default=1, ge=0)
 
