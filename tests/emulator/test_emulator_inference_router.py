@@ -447,3 +447,28 @@ async def test_the_default_bid_router(boto_client: ClientFactory) -> None:
         assert remote["InvokedRoutedResourceArn"] == _arn("eu-west-1", "endpoint/bid-filter-eu")
         assert remote["RoutingReason"] == "failover"
         assert 0.0 <= float(remote["Body"]) <= 1.0
+
+
+async def test_the_command_line_emulator_serves_both_runtimes(boto_client: ClientFactory) -> None:
+    """The default set-up survives the trip to a child process (its config as a file)."""
+    with Emulator.start_subprocess(EmulatorConfig.default(seed=2)) as process:
+        router = boto_client(process.url, service=SERVICE)
+        routed = await call(
+            router,
+            "bid-filter",
+            InferenceRouterName="bid-router",
+            Body=b"3,14,1042,77,5,811,2",
+            ContentType="text/csv",
+        )
+        assert routed["RoutingReason"] == "local-preferred"
+        gateway = boto_client(process.url, service="sagemaker-gateway-runtime")
+        answer = await asyncio.to_thread(
+            gateway.invoke_global_inference_gateway,
+            GatewayId="demo",
+            ContentType="application/json",
+            Body=b'{"model": "echo", "prompt": "over the wire"}',
+        )
+        assert b"over the wire" in answer["Body"].read()
+        async with httpx.AsyncClient(base_url=process.url) as http:
+            stats = (await http.get("/_emulator/runtimes/stats")).json()
+        assert stats["routers"]["routed"][0][:2] == ["bid-router", "bid-filter"]
