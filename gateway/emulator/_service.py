@@ -500,7 +500,7 @@ def _too_large(limit: int) -> Response:
     # SageMaker Runtime's limit when a Global Inference Gateway (10 MiB) is configured.
     return Response(
         413,
-        (("Content-Type", "text/plain"), ("Connection", "close")),
+        (("Content-Type", "text/plain"),),
         f"HTTP content length exceeded {limit} bytes.".encode(),
     )
 

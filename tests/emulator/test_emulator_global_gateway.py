@@ -380,3 +380,24 @@ async def test_the_default_demo_gateway(boto_client: ClientFactory) -> None:
         assert json.loads(response["Body"])["choices"][0]["message"]["content"] == (
             "bid on this one"
         )
+
+
+async def test_sagemaker_runtime_keeps_its_6_mb_limit_beside_a_gateway(
+    boto_client: ClientFactory,
+) -> None:
+    """The server reads up to the gateway's 10 MiB (and a little more); InvokeEndpoint still
+    answers past 6 MB as before."""
+    config = {**CONFIG, "endpoints": {"echo": {}}}
+    async with Emulator(EmulatorConfig.from_dict(config)) as emu:
+        runtime = boto_client(emu.url)
+        with pytest.raises(ClientError) as caught:
+            await asyncio.to_thread(
+                runtime.invoke_endpoint, EndpointName="echo", Body=b"x" * (6 * 1024 * 1024 + 1)
+            )
+        response = caught.value.response
+        assert response["ResponseMetadata"]["HTTPStatusCode"] == 413
+        assert "HTTP content length exceeded 6291456 bytes" in response["Error"]["Message"]
+        served = await asyncio.to_thread(
+            runtime.invoke_endpoint, EndpointName="echo", Body=b"x" * (1024 * 1024)
+        )
+        assert len(served["Body"].read()) == 1024 * 1024
