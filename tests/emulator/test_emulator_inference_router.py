@@ -165,6 +165,14 @@ async def test_an_unhealthy_local_destination_fails_over(router: Any, emulator: 
     assert (await call(router))["RoutingReason"] == "local-preferred"
 
 
+async def test_with_none_healthy_one_is_tried_anyway(router: Any, emulator: Emulator) -> None:
+    for endpoint in ("local-a", "remote-eu"):
+        emulator.runtimes.routers.set_destination("r1", "t-local", endpoint, healthy=False)
+    response = await call(router)
+    assert response["RoutingReason"] == "failover"
+    assert response["InvokedRoutedResourceArn"] in (LOCAL_A, REMOTE_EU)
+
+
 async def _wait_for(condition: Callable[[], bool]) -> None:
     for _ in range(500):
         if condition():
