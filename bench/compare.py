@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit
 
+from bench._peers import aiobotocore_problem
 from bench._stub import Certificate, StubServer, make_certificate
 from gateway._build import build_kind
 from gateway._server.processes import die_with_parent
@@ -1066,6 +1067,18 @@ def make_plan(args: argparse.Namespace) -> Plan:
     return Plan(**{**asdict(plan), **changes})
 
 
+def _peer_clients(names: list[str], *, explicit: bool) -> list[str]:
+    """The aiobotocore row when aiobotocore can run here: dropped from the default set
+    with a note, refused when asked for by name."""
+    problem = aiobotocore_problem() if "aiobotocore" in names else None
+    if problem is None:
+        return names
+    if explicit:
+        raise SystemExit(f"cannot measure aiobotocore: {problem}")
+    print(f"no aiobotocore row: {problem}", file=sys.stderr, flush=True)
+    return [name for name in names if name != "aiobotocore"]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child:
@@ -1078,6 +1091,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(names) - set(CLIENTS))
     if unknown:
         raise SystemExit(f"unknown clients: {', '.join(unknown)}; choose from {', '.join(CLIENTS)}")
+    names = _peer_clients(names, explicit=args.clients != parse_args([]).clients)
     plan = make_plan(args)
     pins = None if args.no_pin else pinning()
     setups = ["tls"] if args.tls else ["plain"] if args.plain else ["plain", "tls"]

@@ -17,9 +17,12 @@ sent, relayed and keyed with no code change.
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, Final
 
 import botocore.session
@@ -709,6 +712,7 @@ def decode_error(response: RawResponse) -> errors.ServiceError:
         "code": code or error_class.code,
         "status": response.status,
         "request_id": response.headers.get("x-amzn-requestid"),
+        "retry_after": retry_after(response.headers),
     }
     if error_class is errors.ServiceError:
         # An unknown code: 5xx and 429 are worth another try, the rest are not.
@@ -720,6 +724,123 @@ def decode_error(response: RawResponse) -> errors.ServiceError:
             original_message=_text(body, "OriginalMessage"),
             log_stream_arn=_text(body, "LogStreamArn"),
             error_code=_text(body, "ErrorCode"),
+            **common,
+        )
+    return error_class(message, **common)  # type: ignore[arg-type]
+
+
+# -- errors of the inference router and Global Inference Gateway runtimes -----
+
+_RUNTIME_ERROR_CLASSES: dict[str, type[errors.ServiceError]] = {
+    "ValidationException": errors.ValidationError,
+    "AccessDeniedException": errors.AccessDenied,
+    "RequestTimeoutException": errors.RequestTimeout,
+    "ModelError": errors.ModelError,
+    "ThrottlingException": errors.Throttling,
+    "ModelNotReadyException": errors.ModelNotReady,
+    "InternalFailure": errors.InternalFailure,
+    "InternalServerException": errors.InternalServerError,
+    "ServiceUnavailableException": errors.ServiceUnavailable,
+    "InternalDependencyException": errors.InternalDependency,
+    "PayloadTooLargeException": errors.PayloadTooLarge,
+    "ResourceNotFoundException": errors.ResourceNotFound,
+    "BadGatewayException": errors.BadGateway,
+    "GatewayTimeoutException": errors.GatewayTimeout,
+    "InternalStreamFailure": errors.InternalStreamFailure,
+}
+_RUNTIME_STATUS_CLASSES: dict[int, type[errors.ServiceError]] = {
+    400: errors.ValidationError,
+    403: errors.AccessDenied,
+    404: errors.ResourceNotFound,
+    408: errors.RequestTimeout,
+    413: errors.PayloadTooLarge,
+    424: errors.ModelError,
+    429: errors.Throttling,
+    500: errors.InternalFailure,
+    502: errors.BadGateway,
+    503: errors.ServiceUnavailable,
+    504: errors.GatewayTimeout,
+    530: errors.InternalDependency,
+}
+# A Global Inference Gateway's message says where the error came from.
+_ORIGIN = re.compile(r"(Global Inference Gateway|inference gateway(?: \([a-z ]+\))?):")
+REDACTED = "<redacted>"
+
+
+def error_origin(message: str) -> str | None:
+    """``Global Inference Gateway``, ``inference gateway`` or ``inference gateway (<part>)``."""
+    match = _ORIGIN.match(message)
+    return match.group(1) if match else None
+
+
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """The seconds ``Retry-After`` asks for (a number, or an HTTP date); None without one."""
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        seconds = (when - datetime.now(UTC)).total_seconds() if when.tzinfo else math.nan
+    return max(seconds, 0.0) if math.isfinite(seconds) else None
+
+
+def redact(text: str | None, secrets: Sequence[str]) -> str | None:
+    """``text`` without any of ``secrets`` (an identity token, custom attributes)."""
+    if text is None:
+        return None
+    for secret in secrets:
+        if secret and secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def decode_runtime_error(response: RawResponse, secrets: Sequence[str] = ()) -> errors.ServiceError:
+    """:func:`decode_error` for the inference router and Global Inference Gateway runtimes.
+
+    Every error shape of their models becomes its class in the :class:`GatewayError`
+    tree; ``origin`` comes from the message's prefix and ``retry_after`` from the
+    ``Retry-After`` header. ``secrets`` (the call's ``CustomerIdentityToken`` and
+    ``CustomAttributes``) never reach the error's text, whatever the server echoed.
+    """
+    body = _json_object(response.body)
+    code = _error_code(response.headers, body)
+    error_class = (
+        _RUNTIME_ERROR_CLASSES.get(code or "")
+        or _ERROR_CLASSES.get(code or "")
+        or _RUNTIME_STATUS_CLASSES.get(response.status)
+        or errors.ServiceError
+    )
+    raw_message = _text(body, "Message", "message") or _fallback_message(response)
+    message = redact(raw_message, secrets) or ""
+    common: dict[str, object] = {
+        "code": code or error_class.code,
+        "status": response.status,
+        "request_id": response.headers.get("x-amzn-requestid"),
+        "origin": error_origin(raw_message),
+        "retry_after": retry_after(response.headers),
+    }
+    if error_class is errors.ServiceError:
+        common["retryable"] = response.status >= 500 or response.status == 429
+    if error_class is errors.ModelError:
+        return errors.ModelError(
+            message,
+            original_status_code=_int_or_none(body.get("OriginalStatusCode") if body else None),
+            original_message=redact(_text(body, "OriginalMessage"), secrets),
+            log_stream_arn=_text(body, "LogStreamArn"),
+            error_code=_text(body, "ErrorCode"),
+            **common,
+        )
+    if error_class is errors.ResourceNotFound:
+        return errors.ResourceNotFound(
+            message,
+            resource_id=_text(body, "ResourceId"),
+            resource_type=_text(body, "ResourceType"),
             **common,
         )
     return error_class(message, **common)  # type: ignore[arg-type]

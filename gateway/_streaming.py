@@ -11,7 +11,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 import orjson
 
 from gateway import errors
-from gateway._api import decode_error
+from gateway._api import decode_error, error_origin
 from gateway._aws.eventstream import EventStreamDecoder, EventStreamError, Message
 from gateway._http.interfaces import MAX_ERROR_BODY_BYTES, StreamingResponse
 from gateway._http.message import RawResponse
@@ -136,6 +136,7 @@ def payload_or_raise(message: Message) -> bytes | None:
     if not isinstance(detail, dict):
         detail = {}
     text = str(detail.get("Message") or detail.get("message") or "")
+    origin = error_origin(text)  # a Global Inference Gateway's prefix, if any
     if code == "ModelStreamError":
         error_code = detail.get("ErrorCode")
         raise errors.ModelError(
@@ -143,5 +144,10 @@ def payload_or_raise(message: Message) -> bytes | None:
             code=code,
             status=200,
             error_code=error_code if isinstance(error_code, str) else None,
+            origin=origin,
+        )
+    if code == "InternalStreamFailure":
+        raise errors.InternalStreamFailure(
+            text or "internal stream failure", status=200, origin=origin
         )
     raise errors.InternalFailure(text or "internal stream failure", code=code, status=200)

@@ -8,25 +8,34 @@ Errors are translated once, at the boundary where they are caught.
 from __future__ import annotations
 
 __all__ = [
+    "AccessDenied",
+    "BadGateway",
     "CacheUnavailable",
     "ConfigError",
     "ConnectError",
     "ConnectTimeout",
     "DeadlineExceeded",
     "GatewayError",
+    "GatewayTimeout",
     "InternalDependency",
     "InternalFailure",
+    "InternalServerError",
+    "InternalStreamFailure",
     "InvalidHeaderValue",
     "InvalidRequest",
     "ModelError",
     "ModelNotReady",
     "NoHealthyTarget",
+    "PayloadTooLarge",
     "PoolTimeout",
     "ProtocolError",
     "ReadError",
     "ReadTimeout",
+    "RequestTimeout",
+    "ResourceNotFound",
     "ResponseStreamError",
     "ServiceError",
+    "ServiceModelUnavailable",
     "ServiceUnavailable",
     "SignatureError",
     "StaleConnection",
@@ -64,6 +73,19 @@ class InvalidRequest(GatewayError, ValueError):
 
 class InvalidHeaderValue(InvalidRequest):
     """A header value no HTTP request may carry (CR, LF, NUL, control characters)."""
+
+
+class ServiceModelUnavailable(GatewayError):
+    """The installed botocore predates the service's model; the message names the release."""
+
+    def __init__(self, service: str, required: str, installed: str) -> None:
+        super().__init__(
+            f"{service} needs botocore >= {required}, which ships its model; this environment "
+            f"has botocore {installed} (pip install 'botocore>={required}')"
+        )
+        self.service = service
+        self.required = required
+        self.installed = installed
 
 
 # -- transport --------------------------------------------------------------
@@ -152,7 +174,14 @@ class DeadlineExceeded(TimeoutError):
 
 
 class ServiceError(GatewayError):
-    """SageMaker (or the emulator) answered with an error."""
+    """SageMaker (or the emulator) answered with an error.
+
+    ``origin`` says where an error of a Global Inference Gateway came from, as its
+    message's prefix does: ``"Global Inference Gateway"`` (the gateway itself),
+    ``"inference gateway"`` (the one serving the model), or ``"inference gateway
+    (<component>)"``; None for the other runtimes. ``retry_after`` is the wait, in
+    seconds, the answer's ``Retry-After`` asked for (None without one).
+    """
 
     code: str = "ServiceError"
 
@@ -164,6 +193,8 @@ class ServiceError(GatewayError):
         status: int = 0,
         request_id: str | None = None,
         retryable: bool | None = None,
+        origin: str | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -173,6 +204,8 @@ class ServiceError(GatewayError):
         self.request_id = request_id
         if retryable is not None:
             self.retryable = retryable
+        self.origin = origin
+        self.retry_after = retry_after
 
     def __str__(self) -> str:
         rid = f", request id {self.request_id}" if self.request_id else ""
@@ -219,6 +252,22 @@ class InternalFailure(ServiceError):
     retryable = True
 
 
+class InternalServerError(InternalFailure):
+    """A Global Inference Gateway's own internal failure (HTTP 500); nothing was dispatched."""
+
+    code = "InternalServerException"
+
+
+class InternalStreamFailure(InternalFailure):
+    """A failure event after a response stream started; the stream ends with it.
+
+    Retrying sends the whole request again: whether that is wise once parts were
+    delivered is the caller's call.
+    """
+
+    code = "InternalStreamFailure"
+
+
 class ServiceUnavailable(ServiceError):
     code = "ServiceUnavailable"
     retryable = True
@@ -238,6 +287,59 @@ class SignatureError(ServiceError):
     """The request's signature or credentials were refused (HTTP 403)."""
 
     code = "InvalidSignatureException"
+
+
+class AccessDenied(SignatureError):
+    """The caller may not invoke the resource (HTTP 403): IAM, or the identity token."""
+
+    code = "AccessDeniedException"
+
+
+class RequestTimeout(ServiceError):
+    """An inference router did not receive the whole request in time (HTTP 408)."""
+
+    code = "RequestTimeoutException"
+    retryable = True
+
+
+class PayloadTooLarge(ServiceError):
+    """The request body is over the runtime's limit (HTTP 413)."""
+
+    code = "PayloadTooLargeException"
+
+
+class ResourceNotFound(ServiceError):
+    """No such Global Inference Gateway, or none of its targets serves the model (HTTP 404)."""
+
+    code = "ResourceNotFoundException"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        resource_id: str | None = None,
+        resource_type: str | None = None,
+        **kwargs: object,
+    ) -> None:
+        super().__init__(message, **kwargs)  # type: ignore[arg-type]
+        self.resource_id = resource_id
+        self.resource_type = resource_type
+
+
+class BadGateway(ServiceError):
+    """No usable answer from the inference gateway (HTTP 502).
+
+    Not retryable: the inference may have run (and been billed), and the Global
+    Inference Gateway may already have tried another inference gateway.
+    """
+
+    code = "BadGatewayException"
+
+
+class GatewayTimeout(ServiceError):
+    """The inference gateway did not answer in time (HTTP 504); not retryable, as BadGateway."""
+
+    code = "GatewayTimeoutException"
 
 
 # -- routing and cache ------------------------------------------------------

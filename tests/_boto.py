@@ -12,12 +12,18 @@ ClientFactory = Callable[..., Any]
 
 
 def boto_clients(default_key: str, default_secret: str) -> Iterator[ClientFactory]:
-    """Yield ``make(url, access_key=..., secret=...)``; every client is closed afterwards."""
+    """Yield ``make(url, access_key=..., secret=..., service=...)``; each is closed afterwards."""
     clients: list[Any] = []
 
-    def make(url: str, *, access_key: str = default_key, secret: str = default_secret) -> Any:
+    def make(
+        url: str,
+        *,
+        access_key: str = default_key,
+        secret: str = default_secret,
+        service: str = "sagemaker-runtime",
+    ) -> Any:
         client = boto3.client(
-            "sagemaker-runtime",
+            service,
             region_name="us-east-1",
             endpoint_url=url,
             aws_access_key_id=access_key,

@@ -9,6 +9,12 @@ from typing import Any, Literal
 
 from gateway._config_reader import fail, http_url, load_toml, read, section, setting
 from gateway.emulator._errors import ERROR_CODES
+from gateway.errors import ConfigError
+
+# The limits on a request body of an inference router (6 MB) and a Global Inference
+# Gateway (10 MiB).
+ROUTER_MAX_BODY = 6 * 1024 * 1024
+GLOBAL_GATEWAY_MAX_BODY = 10 * 1024 * 1024
 
 
 @section("model")
@@ -135,6 +141,33 @@ class EmulatorConfig:
     account_id: str = "123456789012"
     region: str = "us-east-1"
     max_body_size: int = setting(default=6 * 1024 * 1024, ge=1)  # SageMaker's 6 MB payload limit
+    inference_routers: Mapping[str, InferenceRouterConfig] = field(default_factory=dict)
+    global_inference_gateways: Mapping[str, GlobalInferenceGatewayConfig] = field(
+        default_factory=dict
+    )
+
+    def __post_init__(self) -> None:
+        for router in self.inference_routers.values():
+            for target in router.routing_targets.values():
+                for index, destination in enumerate(target.destinations):
+                    if destination.endpoint not in self.endpoints:
+                        key = (
+                            f"inference_routers.{router.name}.routing_targets.{target.name}"
+                            f".destinations[{index}].endpoint"
+                        )
+                        raise ConfigError.at(key, f"no endpoint {destination.endpoint!r}")
+
+    def server_body_limit(self) -> int:
+        """The HTTP server's cap on a body: 1 MiB past the largest runtime limit, so a body
+        a little over a runtime's limit gets that runtime's own typed 413 (an inference
+        router's over 6 MB, a Global Inference Gateway's over 10 MiB); SageMaker Runtime's
+        limit (``max_body_size``) is then checked by the service, with the same answer."""
+        limits = [self.max_body_size]
+        if self.inference_routers:
+            limits.append(ROUTER_MAX_BODY + 1024 * 1024)
+        if self.global_inference_gateways:
+            limits.append(GLOBAL_GATEWAY_MAX_BODY + 1024 * 1024)
+        return max(limits)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EmulatorConfig:
@@ -146,6 +179,14 @@ class EmulatorConfig:
 
     @classmethod
     def default(cls, seed: int | None = None) -> EmulatorConfig:
-        """Endpoints for demos and tests: echo, constant, mme, bid-filter, slow, flaky."""
+        """Endpoints for demos and tests (echo, constant, mme, bid-filter, bid-filter-eu, slow,
+        flaky), the inference router bid-router and the Global Inference Gateway demo."""
         data = load_toml(Path(__file__).with_name("data") / "default.toml")
         return cls.from_dict(data if seed is None else {**data, "seed": seed})
+
+
+# The routers' and gateways' sections use LatencyConfig above.
+from gateway.emulator._runtime_config import (  # noqa: E402
+    GlobalInferenceGatewayConfig,
+    InferenceRouterConfig,
+)

@@ -35,6 +35,7 @@ from gateway.emulator._config import (
     FaultConfig,
     LatencyConfig,
 )
+from gateway.emulator._runtimes import RuntimeServices
 from gateway.emulator._service import EmulatorService, RecordedRequest
 from gateway.emulator._stats import EmulatorStats
 from gateway.errors import ConfigError
@@ -132,7 +133,7 @@ class Emulator:
         self._control_token = control_token
         self._requested_port = port
         self._limits = limits or ServerLimits(
-            max_body_size=self.config.max_body_size, server_header=None
+            max_body_size=self.config.server_body_limit(), server_header=None
         )
         self._service = EmulatorService(self.config)
         self._server: Server | None = None
@@ -140,6 +141,11 @@ class Emulator:
     @property
     def stats(self) -> EmulatorStats:
         return self._service.stats
+
+    @property
+    def runtimes(self) -> RuntimeServices:
+        """The inference routers and Global Inference Gateways: their controls and stats."""
+        return self._service.runtimes
 
     @property
     def recorded(self) -> list[RecordedRequest]:

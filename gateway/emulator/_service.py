@@ -34,6 +34,7 @@ from gateway.emulator._config import (
 )
 from gateway.emulator._errors import SageMakerError, error_response
 from gateway.emulator._models import Model, ModelCache, ModelFailure, build_model
+from gateway.emulator._runtime_config import RUNTIME_PREFIXES
 from gateway.emulator._stats import EmulatorStats
 
 __all__ = ["CLOSE_SESSION", "EmulatorService", "RecordedRequest"]
@@ -162,6 +163,9 @@ class EmulatorService:
         self._sessions: dict[str, float] = {}
         self.recorded: deque[RecordedRequest] = deque(maxlen=_RECORDED)
         self._output_bucket = f"s3://sagemaker-emulator-{config.region}-{config.account_id}"
+        from gateway.emulator._runtimes import RuntimeServices  # it runs endpoints of this one
+
+        self.runtimes = RuntimeServices(self)
 
     async def close(self) -> None:
         for state in self._endpoints.values():
@@ -202,8 +206,12 @@ class EmulatorService:
         path = request.path
         request_id = str(uuid.uuid4())
         endpoint_name = ""
+        if path.startswith(RUNTIME_PREFIXES):  # inference routers, Global Inference Gateways
+            return await self.runtimes.handle(request, request_id)
         try:
             if path.startswith("/endpoints/"):
+                if len(request.body) > self.config.max_body_size:
+                    return _too_large(self.config.max_body_size)
                 self.recorded.append(
                     RecordedRequest(request.method, path, tuple(request.header_pairs), request.body)
                 )
@@ -485,6 +493,16 @@ def _member_problem(member: Member, value: str) -> str | None:
     if member.max_length is not None and len(value) > member.max_length:
         return f"Member must have length less than or equal to {member.max_length}"
     return None
+
+
+def _too_large(limit: int) -> Response:
+    # As the HTTP server answers a body past its own cap, which may be larger than
+    # SageMaker Runtime's limit when a Global Inference Gateway (10 MiB) is configured.
+    return Response(
+        413,
+        (("Content-Type", "text/plain"),),
+        f"HTTP content length exceeded {limit} bytes.".encode(),
+    )
 
 
 def _as_dict(config: FaultConfig | LatencyConfig) -> dict[str, Any]:

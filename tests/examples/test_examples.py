@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._peers import require_peers
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
@@ -64,8 +66,20 @@ def test_every_example_is_tested() -> None:
     assert (EXAMPLES / "gateway.toml").is_file()
 
 
-@pytest.mark.parametrize("script", sorted(EXPECTED))
+# Examples that run a peer SDK (aiobotocore): in the peers environment.
+PEER_EXAMPLES = {"migrate_from_aiobotocore.py"}
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        pytest.param(name, marks=[pytest.mark.peers] if name in PEER_EXAMPLES else [])
+        for name in sorted(EXPECTED)
+    ],
+)
 def test_example_runs(script: str) -> None:
+    if script in PEER_EXAMPLES:
+        require_peers()
     completed = subprocess.run(
         [sys.executable, str(EXAMPLES / script), *ARGS.get(script, ())],
         cwd=ROOT,

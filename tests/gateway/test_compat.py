@@ -12,14 +12,17 @@ from typing import Any
 import botocore.exceptions
 import botocore.session
 import pytest
-from aiobotocore.config import AioConfig
-from aiobotocore.session import get_session as aio_get_session
 from botocore.config import Config
 
 from gateway import Gateway, compat
 from gateway.emulator import Emulator, EmulatorConfig
 from gateway.emulator._errors import ERROR_CODES
+from tests._peers import require_peers
 from tests._sagemaker_members import BOTO_METHODS, call_members, wire_view
+
+# aiobotocore is the reference here: a peer, installed in an environment of its own.
+# The tests that call it skip without it; the rest run everywhere.
+pytestmark = pytest.mark.peers
 
 CREDENTIALS: dict[str, Any] = {
     "aws_access_key_id": "AKIDCOMPATTEST",
@@ -46,6 +49,10 @@ async def emulator() -> AsyncIterator[Emulator]:
 
 
 async def open_clients(stack: AsyncExitStack, url: str, **config: Any) -> Clients:
+    require_peers()
+    from aiobotocore.config import AioConfig
+    from aiobotocore.session import get_session as aio_get_session
+
     real = await stack.enter_async_context(
         aio_get_session().create_client(
             "sagemaker-runtime",
