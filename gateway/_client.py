@@ -385,7 +385,7 @@ class Gateway:
         deadline = time.monotonic() + timeout
         credentials = self._credentials
         if credentials is not None and credentials.must_wait():
-            await credentials.fresh()  # only inside the mandatory window
+            await credentials.fresh(deadline)  # only inside the mandatory window
         pinned = target_variant is not None
         emit = self._emit
         if key is None or cached is None:
@@ -551,7 +551,7 @@ class Gateway:
         check_payload(body)
         prefix = SigV4Signer.request_prefix("POST", path)
         request = request_for(plan.origin, path, prefix, plan.signer, before_host, after_host, body)
-        await self._ensure_credentials()
+        await self._ensure_credentials(deadline)
         stream, finish = await self._invoker.open_stream(route, state, plan, request, deadline)
         into.response_headers = stream.headers
         into.target = plan.endpoint
@@ -607,7 +607,7 @@ class Gateway:
         request = request_for(
             plan.origin, path, prefix, plan.signer, before_host, after_host, body or b""
         )
-        await self._ensure_credentials()
+        await self._ensure_credentials(deadline)
         response = await self._invoker.send_once(route, state, plan, request, deadline, (200, 202))
         return async_invocation_from_response(response)
 
@@ -757,10 +757,10 @@ class Gateway:
             check_endpoint_name(endpoint)
             raise
 
-    async def _ensure_credentials(self) -> None:
+    async def _ensure_credentials(self, deadline: float) -> None:
         credentials = self._credentials
         if credentials is not None and credentials.must_wait():
-            await credentials.fresh()
+            await credentials.fresh(deadline)
 
 
 def _route_configs(config: GatewayConfig) -> list[RouteConfig]:

@@ -208,8 +208,8 @@ class Sidecar:
             reasons.append("not serving")
         if self.draining:
             reasons.append("draining")
-        if not _credentials_loaded(self.gateway):
-            reasons.append("credentials not loaded")
+        if not _credentials_usable(self.gateway):
+            reasons.append("credentials not loaded or expired")
         reasons.extend(
             f"route {name!r} has no healthy target"
             for name, healthy in sorted(self.gateway.route_health().items())
@@ -257,17 +257,12 @@ class Sidecar:
         return SidecarProcess.start(config, listen, args, env)
 
 
-def _credentials_loaded(gateway: Gateway) -> bool:
+def _credentials_usable(gateway: Gateway) -> bool:
     # The gateway resolves credentials in start() and refuses to start without
-    # them; this sees them expire (or a gateway that was never started).
+    # them; this sees them expire while a refresh hangs or fails (or a gateway
+    # that was never started).
     source = getattr(gateway, "_credentials", None)
-    if source is None:
-        return False
-    try:
-        source.current()
-    except Exception:
-        return False
-    return True
+    return source is not None and bool(source.usable())
 
 
 def _as_gateway(source: GatewaySource) -> Gateway:

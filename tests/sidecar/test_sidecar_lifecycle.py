@@ -86,3 +86,23 @@ async def test_sigterm_drains_then_stops(emulator: Emulator) -> None:
     assert served_during_drain >= 5, served_during_drain
     # It stayed up for the drain (not a timing bound on speed: a floor).
     assert stopped_after >= 2.0
+
+
+async def test_readyz_is_not_ready_while_credentials_are_expired(sidecar: Sidecar) -> None:
+    from gateway._aws.sigv4 import Credentials
+    from gateway._credentials import CredentialSource
+
+    gateway = sidecar.gateway
+    live = gateway._credentials
+    async with httpx.AsyncClient(base_url=sidecar.url) as http:
+        assert (await http.get("/readyz")).status_code == 200
+        # What a refresh that hangs or fails leaves behind once the expiry passes.
+        expired = Credentials("AK", "SK", "token", time.time() - 1)
+        gateway._credentials = CredentialSource.static(expired)
+        try:
+            answer = await http.get("/readyz")
+        finally:
+            gateway._credentials = live
+        assert answer.status_code == 503
+        assert answer.json()["reasons"] == ["credentials not loaded or expired"]
+        assert (await http.get("/readyz")).status_code == 200
