@@ -49,7 +49,9 @@ def _workers(raw: Any, key: str) -> Any:
     if not isinstance(raw, str):
         return raw
     text = raw.strip().lower()
-    return 0 if text == "auto" else int(text) if text.isdecimal() else raw
+    # Past 19 digits it is no count (and past 4,300 int() itself refuses): the
+    # reader's one-line error says what a count must be.
+    return 0 if text == "auto" else int(text) if text.isdecimal() and len(text) < 20 else raw
 
 
 @section("sidecar")

@@ -360,3 +360,12 @@ def test_a_secret_and_its_file_from_two_variables_are_refused(tmp_path: Path) ->
     environ = {"SAGEMAKER_GATEWAY__SIDECAR__AUTH__TOKEN": "x" * 24, TOKEN_VARIABLE: str(token)}
     with pytest.raises(ConfigError, match=r"both set sidecar\.auth\.token"):
         apply_environment({}, environ)
+
+
+def test_a_4300_digit_worker_count_is_a_one_line_error() -> None:
+    environ = {"SAGEMAKER_GATEWAY__SIDECAR__WORKERS": "9" * 5000}
+    result = _sidecar_command(environ, "--upstream", "http://127.0.0.1:1")
+    assert result.returncode == 2
+    lines = result.stderr.decode().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("sidecar: SAGEMAKER_GATEWAY__SIDECAR__WORKERS (sidecar.workers)")
