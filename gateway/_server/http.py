@@ -30,6 +30,7 @@ from typing import Any, cast
 from gateway._server.messages import (
     AbortConnection,
     Handler,
+    HeadCheck,
     Request,
     Response,
     ServerLimits,
@@ -50,6 +51,7 @@ from gateway._server.writing import _ResponseWriting, logger
 __all__ = [
     "AbortConnection",
     "Handler",
+    "HeadCheck",
     "Request",
     "Response",
     "Server",
@@ -205,8 +207,11 @@ class _Connection(_ResponseWriting):
 class Server:
     """A listening server; build it with :func:`start_server`."""
 
-    def __init__(self, handler: Handler, limits: ServerLimits) -> None:
+    def __init__(
+        self, handler: Handler, limits: ServerLimits, head_check: HeadCheck | None = None
+    ) -> None:
         self.handler = handler
+        self.head_check = head_check
         self.limits = limits
         self.loop = asyncio.get_running_loop()
         self.closing = False
@@ -325,8 +330,13 @@ async def start_server(
     sock: socket.socket | None = None,
     backlog: int = 1024,
     reuse_port: bool = False,
+    head_check: HeadCheck | None = None,
 ) -> Server:
-    """Listen on ``host:port`` (port 0 picks a free one) and serve ``handler``."""
-    server = Server(handler, limits or ServerLimits())
+    """Listen on ``host:port`` (port 0 picks a free one) and serve ``handler``.
+
+    ``head_check`` sees each request's head before its body is read and may
+    refuse it there (see :data:`HeadCheck`).
+    """
+    server = Server(handler, limits or ServerLimits(), head_check)
     await server._listen(host, port, sock, backlog, reuse_port)
     return server

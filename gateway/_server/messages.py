@@ -12,6 +12,7 @@ from dataclasses import dataclass
 __all__ = [
     "AbortConnection",
     "Handler",
+    "HeadCheck",
     "Request",
     "Response",
     "ServerLimits",
@@ -115,6 +116,10 @@ class StreamingResponse:
 
 
 Handler = Callable[[Request], Awaitable[Response | StreamingResponse]]
+# Called with each request's head (an empty body) before its body is read: a
+# Response refuses it there and then (the connection closes after it); None
+# lets it through. For checks the head alone decides, such as authentication.
+HeadCheck = Callable[[Request], Response | None]
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Final
 
 import httptools
 
-from gateway._server.messages import Request
+from gateway._server.messages import Request, Response
 
 if TYPE_CHECKING:
     from gateway._server.http import Server
@@ -86,6 +86,17 @@ class _StopParsing(Exception):
 class _Reject:
     status: int
     message: str
+    # Sent instead of the plain-text message: a head check's own refusal.
+    response: Response | None = None
+    # The client may still be sending a body that is never read: half-close and
+    # drop what it sends for a while, so it reads the answer instead of a reset.
+    linger: bool = False
+
+
+def _unsupported_version(version: str) -> _Reject:
+    if version.startswith("0."):
+        return _Reject(400, "HTTP/0.9 is not supported")
+    return _Reject(505, f"HTTP/{version} is not supported: use HTTP/1.1")
 
 
 def _merge_repeated(pairs: list[tuple[str, str]]) -> dict[str, str]:
@@ -117,6 +128,7 @@ class _RequestReading:
         "_expect_continue",
         "_head_bytes",
         "_header_pairs",
+        "_http_version",
         "_loop",
         "_parser",
         "_phase",
@@ -154,6 +166,7 @@ class _RequestReading:
         # message ended inside the last piece fed (see data_received).
         self._head_bytes = 0
         self._completed_in_feed = False
+        self._http_version = "1.1"  # the current request's, checked with its head
         self._discarded = 0  # bytes dropped by a lingering close
         self._reading_paused = False
         # Bytes read but not yet parsed because the queue was full.
@@ -295,6 +308,19 @@ class _RequestReading:
             # Refused before a byte of it is read; the lingering close lets
             # a client that is still sending read the answer.
             raise _StopParsing(self._too_large())
+        version = self._parser.get_http_version()
+        if version != "1.1" and version != "1.0":
+            # llhttp takes a request line without a version as HTTP/0.9, and
+            # any 2.x as 2.x; this server speaks neither.
+            raise _StopParsing(_unsupported_version(version))
+        self._http_version = version
+        check = self._server.head_check
+        if check is not None:
+            # Before a byte of the body is read (or 100 Continue invites it).
+            refusal = check(self._build_request(b""))
+            if refusal is not None:
+                body_follows = chunked or declared > 0
+                raise _StopParsing(_Reject(refusal.status, "", refusal, body_follows))
         if not chunked:
             self._body_remaining = declared
         idle = not self._queue and not self._serving
@@ -310,7 +336,8 @@ class _RequestReading:
         self._body_parts.append(body)
 
     def on_message_complete(self) -> None:
-        self._enqueue(self._build_request())
+        parts = self._body_parts
+        self._enqueue(self._build_request(parts[0] if len(parts) == 1 else b"".join(parts)))
         self._reset_message()
         # The idle clock starts when the worker has answered (_serve_queue):
         # until then the connection is busy and no idle timeout applies.
@@ -320,11 +347,11 @@ class _RequestReading:
 
     def _too_large(self) -> _Reject:
         limit = self._server.limits.max_body_size
-        return _Reject(413, f"HTTP content length exceeded {limit} bytes.")
+        return _Reject(413, f"HTTP content length exceeded {limit} bytes.", linger=True)
 
     # request queue ---------------------------------------------------------
 
-    def _build_request(self) -> Request:
+    def _build_request(self, body: bytes) -> Request:
         parser = self._parser
         url = self._url_parts[0] if len(self._url_parts) == 1 else b"".join(self._url_parts)
         target = url.decode("latin-1")
@@ -333,8 +360,6 @@ class _RequestReading:
         headers = dict(pairs)
         if len(headers) != len(pairs):
             headers = _merge_repeated(pairs)
-        parts = self._body_parts
-        body = parts[0] if len(parts) == 1 else b"".join(parts)
         raw_method = parser.get_method()
         method = _METHODS.get(raw_method) or raw_method.decode("ascii")
         return Request(
@@ -345,7 +370,7 @@ class _RequestReading:
             pairs,
             body,
             self._client,
-            parser.get_http_version(),
+            self._http_version,
             parser.should_keep_alive(),
         )
 

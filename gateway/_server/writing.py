@@ -137,19 +137,39 @@ class _ResponseWriting(_RequestReading):
             waiter.set_result(None)
 
     def _reject(self, transport: asyncio.Transport, reject: _Reject) -> None:
-        transport.write(_simple_response(reject.status, reject.message, True))
+        response = reject.response
+        if response is None:
+            transport.write(_simple_response(reject.status, reject.message, True))
+        else:
+            transport.write(self._encode_refusal(response))
         # Nothing to linger for when the client has already stopped sending.
-        if reject.status != 413 or self._close_after or not transport.can_write_eof():
+        if not reject.linger or self._close_after or not transport.can_write_eof():
             transport.close()
             return
         # Lingering close: half-close, then read and drop what the client is
-        # still sending (bounded in bytes and time), so it reads the 413
+        # still sending (bounded in bytes and time), so it reads the answer
         # instead of a reset.
         transport.write_eof()
         self._phase = _LINGER
         self._phase_since = self._loop.time()
         self._reading_paused = False
         transport.resume_reading()
+
+    def _encode_refusal(self, response: Response) -> bytes:
+        """A head check's refusal, the last answer on the connection."""
+        framing = f"content-length: {len(response.body)}\r\nconnection: close\r\n\r\n"
+        try:
+            head = _encode_head(
+                response.status,
+                response.headers,
+                framing,
+                self._server.server_line,
+                response.head_lines,
+            )
+        except (UnsafeHeader, ValueError):
+            logger.error("refused a head check's response with a bad status or header")
+            return _simple_response(500, "internal server error", True)
+        return head + response.body
 
     async def _respond(self, request: Request) -> None:
         try:
