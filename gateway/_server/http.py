@@ -196,9 +196,25 @@ class _Connection(_ResponseWriting):
             self._fail(_Reject(408, "request timeout"))
 
     def shutdown(self) -> None:
-        """Close now if idle; otherwise the in-flight response says ``close``."""
-        if self._transport is not None and not self.busy and self._phase in (_IDLE, _WAIT_FIRST):
-            self._transport.close()
+        """Close now if idle; otherwise answer what is queued, the last answer saying ``close``.
+
+        Requests already parsed (pipelined behind the one in flight) are
+        answered; nothing more is read, and bytes read but not yet parsed are
+        dropped: the client sees ``connection: close`` after its last answer
+        and knows the rest went unanswered (and may retry it elsewhere).
+        """
+        transport = self._transport
+        if transport is None:
+            return
+        if not self.busy:
+            if self._phase in (_IDLE, _WAIT_FIRST):
+                transport.close()
+            return
+        self._close_after = True
+        self._backlog = b""
+        if self._phase >= 0 and not self._reading_paused:
+            self._reading_paused = True
+            transport.pause_reading()
 
 
 # -- server -----------------------------------------------------------------

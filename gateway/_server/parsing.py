@@ -397,7 +397,8 @@ class _RequestReading:
             if not self._backlog_scheduled:
                 self._backlog_scheduled = True
                 self._loop.call_soon(self._feed_backlog)
-        elif self._reading_paused:
+        elif self._reading_paused and not self._close_after:
+            # Closing (EOF, or the server's shutdown): nothing more is read.
             self._reading_paused = False
             transport.resume_reading()
 

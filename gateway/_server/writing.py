@@ -143,12 +143,20 @@ class _ResponseWriting(_RequestReading):
         else:
             transport.write(self._encode_refusal(response))
         # Nothing to linger for when the client has already stopped sending.
-        if not reject.linger or self._close_after or not transport.can_write_eof():
+        if not reject.linger or self._close_after:
             transport.close()
             return
-        # Lingering close: half-close, then read and drop what the client is
-        # still sending (bounded in bytes and time), so it reads the answer
-        # instead of a reset.
+        self._close_lingering(transport)
+
+    def _close_lingering(self, transport: asyncio.Transport) -> None:
+        """Half-close, then read and drop what the client is still sending.
+
+        Bounded in bytes and time; the client reads the last answer instead of
+        the reset a close with unread bytes would send.
+        """
+        if not transport.can_write_eof():
+            transport.close()
+            return
         transport.write_eof()
         self._phase = _LINGER
         self._phase_since = self._loop.time()
@@ -183,8 +191,10 @@ class _ResponseWriting(_RequestReading):
         transport = self._transport
         if transport is None:
             return
+        # Closing (the server, or this connection after EOF): the last queued
+        # answer says "close"; those before it keep the connection for the rest.
         keep_alive = request.keep_alive and not (
-            self._server.closing or (self._close_after and not self._queue)
+            (self._server.closing or self._close_after) and not self._queue
         )
         try:
             if isinstance(response, StreamingResponse):
@@ -205,7 +215,12 @@ class _ResponseWriting(_RequestReading):
             data = _simple_response(500, "internal server error", not keep_alive)
         transport.write(data)
         if not keep_alive:
-            transport.close()
+            if self._server.closing:
+                # The client may be sending a request right now: it gets to
+                # read this answer and its "close" rather than a reset.
+                self._close_lingering(transport)
+            else:
+                transport.close()
         elif self._write_paused:
             await self._drain()
 
