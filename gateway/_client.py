@@ -614,9 +614,15 @@ class Gateway:
     # -- operations ----------------------------------------------------------
 
     def route_health(self) -> dict[str, bool]:
-        """Per configured route: is at least one target taking traffic?"""
+        """Per configured route: is at least one target taking traffic and not failing?
+
+        A route never ejects its last targets (never all of them, never a lone
+        one), so ejection alone would never show a route whose every target
+        fails: a target that has failed as many calls in a row as would eject
+        it counts as down too, until a success.
+        """
         return {
-            name: any(t.state is not TargetHealth.EJECTED for t in route.targets)
+            name: any(_target_up(t, route.config) for t in route.targets)
             for name, route in self._router.routes.items()
         }
 
@@ -761,6 +767,12 @@ class Gateway:
         credentials = self._credentials
         if credentials is not None and credentials.must_wait():
             await credentials.fresh(deadline)
+
+
+def _target_up(target: TargetState, config: RouteConfig) -> bool:
+    if target.state is TargetHealth.EJECTED:
+        return False
+    return target.consecutive_failures < config.ejection.consecutive_failures
 
 
 def _route_configs(config: GatewayConfig) -> list[RouteConfig]:

@@ -106,3 +106,30 @@ async def test_readyz_is_not_ready_while_credentials_are_expired(sidecar: Sideca
         assert answer.status_code == 503
         assert answer.json()["reasons"] == ["credentials not loaded or expired"]
         assert (await http.get("/readyz")).status_code == 200
+
+
+async def test_readyz_is_not_ready_while_every_target_of_a_route_fails(
+    emulator: Emulator,
+) -> None:
+    route = {
+        "targets": [{"endpoint": "a"}],
+        "ejection": {"consecutive_failures": 2},
+        "retry": {"max_attempts": 1},
+    }
+    config = {**_config(emulator), "routes": {"solo": route}}
+    async with (
+        Sidecar(config, "127.0.0.1", 0) as sidecar,
+        httpx.AsyncClient(base_url=sidecar.url, timeout=10) as http,
+    ):
+        assert (await http.get("/readyz")).status_code == 200
+        emulator.set_faults("a", reset_rate=1.0)
+        for _ in range(2):
+            assert (await http.post("/endpoints/solo/invocations", content=b"x")).status_code >= 500
+        # Before: 200 whatever happened upstream (a lone target is never ejected).
+        failing = await http.get("/readyz")
+        assert failing.status_code == 503
+        assert failing.json()["reasons"] == ["route 'solo' has no healthy target"]
+        assert (await http.get("/ping")).status_code != 200
+        emulator.restore("a")
+        assert (await http.post("/endpoints/solo/invocations", content=b"x")).status_code == 200
+        assert (await http.get("/readyz")).status_code == 200
