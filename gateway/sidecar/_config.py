@@ -68,6 +68,10 @@ class SidecarConfig:
     # Worker processes sharing the port (SO_REUSEPORT); "auto" (read as 0):
     # as many as the cores this process may use. An in-process Sidecar ignores it.
     workers: int = setting(default=1, before=_workers, ge=0, le=_MAX_WORKERS)
+    # With workers: one whose event loop answers none of the supervisor's
+    # checks (every third of this) for this long is killed and replaced: a
+    # stopped or wedged worker would keep its share of new connections.
+    worker_liveness_s: float = setting(default=15.0, ge=0.3)
     header_timeout_s: float = setting(default=5.0, ge=0.001)
     body_timeout_s: float = setting(default=30.0, ge=0.001)
     idle_timeout_s: float = setting(default=60.0, ge=0.001)

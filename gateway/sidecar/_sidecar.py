@@ -534,7 +534,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         worker.tag_logs()
     count = resolve_worker_count(config.workers)
     if worker is None and count > 1:
-        return _supervise(arguments, host, port, count)
+        return _supervise(arguments, host, port, count, config.worker_liveness_s)
     try:
         code: int = _event_loop_runner()(_serve(gateway_config, config, listen, worker))
     except ConfigError as exc:  # found at start: credentials, a taken port, ...
@@ -543,13 +543,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def _supervise(arguments: list[str], host: str, port: int, count: int) -> int:
+def _supervise(arguments: list[str], host: str, port: int, count: int, liveness_s: float) -> int:
     try:
         sock = reserve_address(host, port)
     except ConfigError as exc:
         print(f"sidecar: {exc}", file=sys.stderr)
         return 2
-    supervisor = Supervisor(arguments, sock, count, _READY_PREFIX)
+    supervisor = Supervisor(arguments, sock, count, _READY_PREFIX, liveness_s=liveness_s)
     return asyncio.run(supervisor.run())
 
 
