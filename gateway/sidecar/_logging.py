@@ -7,6 +7,7 @@ like a credential is replaced, so even a careless ``extra={"authorization":
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import re
@@ -42,7 +43,12 @@ class JsonFormatter(logging.Formatter):
                 entry[key] = "<redacted>" if _SECRET_KEY.search(key) else value
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return orjson.dumps(entry, default=str).decode()
+        try:
+            return orjson.dumps(entry, default=str).decode()
+        except orjson.JSONEncodeError:
+            # A value orjson cannot write (an integer past 64 bits): the line
+            # is still written, with such values as text.
+            return json.dumps(entry, default=str)
 
 
 def configure_logging(level: str = "INFO", stream: TextIO | None = None) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import logging
 from collections.abc import Iterator
 
@@ -62,3 +63,12 @@ async def test_control_characters_and_long_paths_are_escaped_and_cut(
     assert long_entry["route"].startswith("\\x1b[31m\\x0a\\x1b[31m")
     assert short_entry["route"] == "a\\x07b"
     assert short_entry["path"] == "/endpoints/a%07b/invocations"  # printable: unchanged
+
+
+def test_a_value_past_64_bits_is_still_one_json_line() -> None:
+    record = logging.LogRecord("gateway.sidecar", logging.INFO, "", 0, "started", None, None)
+    record.max_in_flight = 10**30
+    line = JsonFormatter().format(record)
+    # Before: orjson raised, and logging printed a traceback instead of the line.
+    assert "\n" not in line
+    assert json.loads(line)["max_in_flight"] == 10**30
