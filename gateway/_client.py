@@ -73,6 +73,7 @@ from gateway._tracing import TracingHook, gateway_tracer
 from gateway.cache import CacheConfig, PredictionCache
 from gateway.routing import (
     Route,
+    RouteConfig,
     Router,
     TargetHealth,
     TargetState,
@@ -333,7 +334,7 @@ class Gateway:
         deadline = time.monotonic() + timeout
         credentials = self._credentials
         if credentials is not None and credentials.must_wait():
-            await credentials.fresh()  # only inside the mandatory window
+            await credentials.fresh(deadline)  # only inside the mandatory window
         pinned = members[_VARIANT] is not None
         emit = self._emit
         if key is None or cached is None:
@@ -486,7 +487,7 @@ class Gateway:
             members[_STREAM_VARIANT] is not None,
             payload,
         )
-        await self._ensure_credentials()
+        await self._ensure_credentials(deadline)
         stream, finish = await self._invoker.open_stream(route, state, plan, request, deadline)
         into.response_headers = stream.headers
         into.target = plan.endpoint
@@ -554,16 +555,22 @@ class Gateway:
             True,
             payload,
         )
-        await self._ensure_credentials()
+        await self._ensure_credentials(deadline)
         response = await self._invoker.send_once(route, state, plan, request, deadline, (200, 202))
         return async_invocation_from_response(response)
 
     # -- operations ----------------------------------------------------------
 
     def route_health(self) -> dict[str, bool]:
-        """Per configured route: is at least one target taking traffic?"""
+        """Per configured route: is at least one target taking traffic and not failing?
+
+        A route never ejects its last targets (never all of them, never a lone
+        one), so ejection alone would never show a route whose every target
+        fails: a target that has failed as many calls in a row as would eject
+        it counts as down too, until a success.
+        """
         return {
-            name: any(t.state is not TargetHealth.EJECTED for t in route.targets)
+            name: any(_target_up(t, route.config) for t in route.targets)
             for name, route in self._router.routes.items()
         }
 
@@ -675,10 +682,16 @@ class Gateway:
             check_endpoint_name(endpoint)
             raise
 
-    async def _ensure_credentials(self) -> None:
+    async def _ensure_credentials(self, deadline: float) -> None:
         credentials = self._credentials
         if credentials is not None and credentials.must_wait():
-            await credentials.fresh()
+            await credentials.fresh(deadline)
+
+
+def _target_up(target: TargetState, config: RouteConfig) -> bool:
+    if target.state is TargetHealth.EJECTED:
+        return False
+    return target.consecutive_failures < config.ejection.consecutive_failures
 
 
 def _check_timeout(timeout: float) -> None:

@@ -16,10 +16,20 @@ unknown keys) whatever the source. Rules:
   ``true``, ``["a", "b"]``, ``{ endpoint = "a" }``), else as text. Lists and
   tables (a route's ``targets``, ``rtb.bidders``) are set whole, as TOML
   inline values; there is no per-element variable.
+- Secrets are strings: a variable that sets a secret key (``SECRET_KEYS``
+  but the ``credentials`` table) is taken as text, never read as TOML (an
+  all-digit token stays a string).
 - Secrets come from files: ``..._<KEY>_FILE=/path`` (variable) or
-  ``<key>_file = "/path"`` (in the file) sets ``<key>`` to the file's text
-  (one trailing newline removed), for the secret keys in ``SECRET_KEYS``.
-  ``credentials`` (a table) is read from a TOML file.
+  ``<key>_file = "/path"`` (in the file) sets ``<key>`` to the file's text,
+  for the secret keys in ``SECRET_KEYS``. The file must be a regular file (no
+  FIFO, device or directory) of at most 64 KiB of UTF-8. One trailing line
+  end (LF or CRLF) is removed; what is left must be one non-empty line with
+  no byte-order mark, no control character and no leading or trailing
+  whitespace, else start-up is refused naming the file (never the value).
+  ``credentials`` (a table) is read from a TOML file whose values are quoted
+  strings.
+- Two variables that set the same key (names differing only in case, or
+  ``<KEY>`` and ``<KEY>_FILE``) are refused: which one wins would be luck.
 - Precedence: command-line flag > environment > config file > default.
 
 Variables that name no key are reported by the section readers, with the
@@ -29,24 +39,34 @@ variable's name put in front of the reader's message (:func:`explain`).
 from __future__ import annotations
 
 import copy
+import os
+import stat
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from gateway._config_reader import SECRET_KEYS
 from gateway.errors import ConfigError
 
-__all__ = ["PREFIX", "SECRET_KEYS", "EnvironmentOverlay", "apply_environment", "explain"]
+__all__ = [
+    "MAX_SECRET_FILE_BYTES",
+    "PREFIX",
+    "SECRET_KEYS",
+    "EnvironmentOverlay",
+    "apply_environment",
+    "explain",
+]
 
 PREFIX = "SAGEMAKER_GATEWAY__"
 _FILE_SUFFIX = "_file"
-# Keys whose value may come from a file. ``credentials`` is a table: the
-# sidecar's inbound SigV4 keys ([sidecar.auth]) or the gateway's own AWS keys.
-SECRET_KEYS = frozenset(
-    {"token", "credentials", "secret_access_key", "session_token", "redis_url", "password"}
-)
+# SECRET_KEYS are the keys whose value may come from a file. ``credentials``
+# is a table: the sidecar's inbound SigV4 keys ([sidecar.auth]) or the
+# gateway's own AWS keys.
 _TABLE_SECRETS = frozenset({"credentials"})
+# Larger is no token, key or URL: refused rather than read into memory.
+MAX_SECRET_FILE_BYTES = 64 * 1024
+_BOM = "\ufeff"
 
 
 @dataclass(slots=True)
@@ -106,11 +126,18 @@ def _apply_variable(overlay: EnvironmentOverlay, name: str, raw: str) -> None:
     secret = last.lower().endswith(_FILE_SUFFIX) and last.lower()[: -len(_FILE_SUFFIX)]
     if secret and secret in SECRET_KEYS:
         key = _match(table, secret)
-        table[key] = _read_secret(name, key, raw)
+        value = _read_secret(name, key, raw)
     else:
         key = _match(table, last)
-        table[key] = raw if isinstance(table.get(key), str) else _value(raw)
-    overlay.sources[".".join([*path, key])] = name
+        # A secret is text (an all-digit token too); so is any key the file has as text.
+        textual = isinstance(table.get(key), str) or key in SECRET_KEYS - _TABLE_SECRETS
+        value = raw if textual else _value(raw)
+    dotted = ".".join([*path, key])
+    other = overlay.sources.get(dotted)
+    if other is not None:
+        raise ConfigError(f"{other} and {name} both set {dotted}: set one of them")
+    table[key] = value
+    overlay.sources[dotted] = name
 
 
 def _match(table: Mapping[str, Any], level: str) -> str:
@@ -125,24 +152,77 @@ def _match(table: Mapping[str, Any], level: str) -> str:
 def _value(raw: str) -> Any:
     try:
         return tomllib.loads(f"value = {raw}")["value"]
-    except tomllib.TOMLDecodeError:
+    except ValueError:  # not TOML, or an integer too long to convert: the text
         return raw
 
 
 def _read_secret(where: str, key: str, path: str) -> Any:
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"{where}: cannot read secret file {path}: {exc.strerror}") from None
+    text = _read_secret_file(where, path)
     if key not in _TABLE_SECRETS:
-        return text.removesuffix("\n").removesuffix("\r")
+        return _secret_line(where, path, text)
     try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
+        table = tomllib.loads(text)
+    except ValueError:
         # Not echoing the parser's message: it may quote the secret.
         raise ConfigError(
             f'{where}: secret file {path} must hold TOML lines: KEY_ID = "secret"'
         ) from None
+    for name, value in table.items():
+        if not isinstance(value, str):
+            raise ConfigError(
+                f"{where}: secret file {path}: the secret of {name} must be a quoted string"
+            )
+    return table
+
+
+def _read_secret_file(where: str, path: str) -> str:
+    """A regular file of at most MAX_SECRET_FILE_BYTES of UTF-8, as text.
+
+    Opened without blocking (a FIFO would wait for a writer forever) and
+    checked on the open descriptor, so what is read is what was checked.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read secret file {path}: {exc.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError(f"{where}: secret file {path} is not a regular file")
+        with open(fd, "rb", closefd=False) as handle:
+            data = handle.read(MAX_SECRET_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read secret file {path}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_SECRET_FILE_BYTES:
+        raise ConfigError(
+            f"{where}: secret file {path} is larger than {MAX_SECRET_FILE_BYTES // 1024} KiB"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{where}: secret file {path} is not UTF-8 text") from None
+
+
+def _secret_line(where: str, path: str, text: str) -> str:
+    """The secret a one-line file holds: one trailing LF or CRLF removed, nothing else.
+
+    Anything else that would silently make a token never match (a second
+    line end, surrounding spaces, a byte-order mark) is refused instead.
+    """
+    value = text.removesuffix("\n").removesuffix("\r") if text.endswith("\n") else text
+    problem = ""
+    if not value:
+        problem = "is empty"
+    elif value.startswith(_BOM):
+        problem = "starts with a byte-order mark"
+    elif any(ord(char) < 0x20 or ord(char) == 0x7F for char in value):
+        problem = "holds a control character or more than one line"
+    elif value != value.strip():
+        problem = "has leading or trailing whitespace"
+    if problem:
+        raise ConfigError(f"{where}: secret file {path} {problem} (the secret is one line)")
+    return value
 
 
 def _resolve_secret_keys(table: dict[str, Any], where: str) -> None:

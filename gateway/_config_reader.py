@@ -31,6 +31,17 @@ from gateway.errors import ConfigError
 
 T = TypeVar("T")
 
+# Keys whose values are secrets (at any depth: "sidecar.auth.credentials.AKID"
+# is one): an error about one never shows its value.
+SECRET_KEYS = frozenset(
+    {"token", "credentials", "secret_access_key", "session_token", "redis_url", "password"}
+)
+# Integers must fit a signed 64-bit value: larger ones are no usable count or
+# size, and break what serialises them (the JSON log formatter, metrics).
+_INT_LIMIT = 2**63 - 1
+# How much of a bad value an error shows.
+_SHOWN_CHARS = 60
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Rules:
@@ -104,7 +115,7 @@ def _join(where: str, name: str) -> str:
 def read(cls: type[T], table: object, where: str, **fixed: Any) -> T:
     """Section ``cls`` from the table at key ``where``; ``fixed``: values from elsewhere."""
     if not isinstance(table, Mapping):
-        raise ConfigError.at(where, f"must be a table, got {table!r}")
+        raise ConfigError.at(where, f"must be a table{_got(where, table)}")
     schema = _schema(cls)
     # An inline section's keys sit in this table (rtb's filter policy).
     inline = {
@@ -166,6 +177,23 @@ _MUST_BE |= {str: "a non-empty string", bytes: "a string", tuple: "a list", Mapp
 _TAKES: dict[Any, Any] = {float: int | float, bytes: bytes | str, tuple: list | tuple}
 
 
+def _is_secret(key: str) -> bool:
+    return any(part.partition("[")[0] in SECRET_KEYS for part in key.split("."))
+
+
+def _got(key: str, value: Any) -> str:
+    """What an error says of the bad ``value``: never a secret, never more than a line."""
+    if _is_secret(key):
+        return " (the value is a secret: not shown)"
+    try:
+        shown = repr(value)
+    except ValueError:  # an integer past Python's 4,300-digit limit for text
+        return f", got an integer of {value.bit_length()} bits"
+    if len(shown) > _SHOWN_CHARS:
+        shown = f"{shown[:_SHOWN_CHARS]}... ({len(shown)} characters)"
+    return f", got {shown}"
+
+
 def _convert(kind: Any, value: Any, key: str, rules: _Rules, name: str = "") -> Any:
     origin = get_origin(kind)
     if origin is Union or origin is types.UnionType:  # only "X | None"
@@ -173,7 +201,7 @@ def _convert(kind: Any, value: Any, key: str, rules: _Rules, name: str = "") -> 
         return None if value is None else _convert(inner, value, key, rules, name)
     if origin is Literal and value not in get_args(kind):
         choices = ", ".join(map(str, get_args(kind)))
-        raise ConfigError.at(key, f"must be one of {choices}, got {value!r}")
+        raise ConfigError.at(key, f"must be one of {choices}{_got(key, value)}")
     if kind in _KEYS:
         # Sections with a `name` field take it from their key ([endpoints.<name>]).
         named = {"name": name} if name and any(f[0] == "name" for f in _schema(kind)) else {}
@@ -184,29 +212,31 @@ def _convert(kind: Any, value: Any, key: str, rules: _Rules, name: str = "") -> 
     # bool is an int subclass: "timeout_ms = true" is a mistake, not 1 ms.
     wrong = isinstance(value, bool) and base is not bool
     if wrong or not isinstance(value, _TAKES.get(base, base)) or (base is str and not value):
-        raise ConfigError.at(key, f"must be {_MUST_BE.get(base, base.__name__)}, got {value!r}")
+        raise ConfigError.at(key, f"must be {_MUST_BE.get(base, base.__name__)}{_got(key, value)}")
     if base is tuple:
         items = get_args(kind)
         if items[-1] is Ellipsis:
             items = items[:1] * len(value)
         elif len(items) != len(value):
-            raise ConfigError.at(key, f"must be a list of {len(items)} items, got {value!r}")
+            raise ConfigError.at(key, f"must be a list of {len(items)} items{_got(key, value)}")
         pairs = enumerate(zip(items, value, strict=True))
         return tuple(_convert(sub, item, f"{key}[{i}]", rules) for i, (sub, item) in pairs)
     if base is Mapping:
         item = get_args(kind)[1]
         return {str(k): _convert(item, v, f"{key}.{k}", rules, str(k)) for k, v in value.items()}
+    if base is int and not -_INT_LIMIT <= value <= _INT_LIMIT:
+        raise ConfigError.at(key, f"must be at most 2**63-1 in size{_got(key, value)}")
     if base is float:
         # TOML has nan and inf; neither is a usable timeout, rate or size.
         if not math.isfinite(value):
-            raise ConfigError.at(key, f"must be a finite number, got {value!r}")
+            raise ConfigError.at(key, f"must be a finite number{_got(key, value)}")
         value = float(value)
     if not all(_OPS[sign](value, bound) for sign, bound in rules.bounds):
         signs, limits = zip(*rules.bounds, strict=True)
         text = " and ".join(map("{} {}".format, signs, limits))
         if signs == (">=", "<="):
             text = "between {} and {}".format(*limits)
-        raise ConfigError.at(key, f"must be {text}, got {value!r}")
+        raise ConfigError.at(key, f"must be {text}{_got(key, value)}")
     return value.encode() if base is bytes and isinstance(value, str) else value
 
 
@@ -247,5 +277,5 @@ def load_toml(path: str | Path) -> dict[str, Any]:
             return tomllib.load(handle)
     except OSError as exc:
         raise ConfigError(f"config error: cannot read config file {path}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
+    except ValueError as exc:  # TOMLDecodeError, or an integer too long to convert
         raise ConfigError(f"config error: config file {path} is not valid TOML: {exc}") from None

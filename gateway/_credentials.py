@@ -152,17 +152,33 @@ class CredentialSource:
     def _refreshing(self) -> bool:
         return self._refresh is not None and not self._refresh.done()
 
-    async def fresh(self) -> Credentials:
+    def usable(self) -> bool:
+        """Credentials are loaded and not past their expiry (what readiness reports)."""
+        credentials = self._credentials
+        if credentials is None:
+            return False
+        return credentials.expiry is None or credentials.expiry > self._clock()
+
+    async def fresh(self, deadline: float | None = None) -> Credentials:
         """Credentials safe to sign with; waits only inside the mandatory window.
 
-        After a failed refresh a new attempt waits ``retry_s``: calls meanwhile
-        get the old credentials while they last, never a fetch each.
+        ``deadline`` (a ``time.monotonic()`` value, the call's own) bounds the
+        wait, and a call waits only if the current credentials expire before
+        its deadline: otherwise they cannot expire mid-call, and the refresh
+        goes on in the background. A refresh that hangs (a credentials
+        endpoint that never answers) thus costs a call nothing while its
+        credentials last, and after expiry the expired-credentials error by
+        its deadline. After a failed refresh a new attempt waits ``retry_s``:
+        calls meanwhile get the old credentials while they last, never a
+        fetch each.
         """
         if self.must_wait():
             if self._refreshing() or self._clock() >= self._retry_at:
                 self._start_refresh()
-                assert self._refresh is not None
-                await asyncio.shield(self._refresh)
+                refresh = self._refresh
+                assert refresh is not None
+                if not self._outlive(deadline):
+                    await _wait_until(refresh, deadline)
             if self.must_wait():
                 credentials = self._credentials
                 if credentials is None or (
@@ -173,6 +189,13 @@ class CredentialSource:
                         code="ExpiredTokenException",
                     )
         return self.current()
+
+    def _outlive(self, deadline: float | None) -> bool:
+        """The current credentials stay valid past ``deadline`` (monotonic)."""
+        credentials = self._credentials
+        if deadline is None or credentials is None or credentials.expiry is None:
+            return False
+        return credentials.expiry - self._clock() > deadline - time.monotonic()
 
     def _schedule(self) -> None:
         if self._timer is not None:
@@ -264,3 +287,13 @@ class CredentialSource:
             self._refresh.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._refresh
+
+
+async def _wait_until(task: asyncio.Task[None], deadline: float | None) -> None:
+    """Wait for ``task`` until ``deadline`` (monotonic) at most; never cancels it."""
+    if deadline is None:
+        await asyncio.shield(task)
+        return
+    left = deadline - time.monotonic()
+    if left > 0:
+        await asyncio.wait((task,), timeout=left)

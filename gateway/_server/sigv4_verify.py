@@ -150,13 +150,27 @@ class SigV4Verifier:
 
     def verify(self, request: Request) -> None:
         """Raise :class:`SigV4Rejected` unless the request is acceptably signed."""
+        checked = self._verify_head(request)
+        if checked is not None:
+            self._check_signature(request, *checked)
+
+    def verify_head(self, request: Request) -> None:
+        """Every check the head alone decides (all but the signature over the body).
+
+        Run before the body is read, it refuses unsigned, malformed, stale,
+        mis-scoped and unknown-key requests without buffering what they send.
+        """
+        self._verify_head(request)
+
+    def _verify_head(self, request: Request) -> tuple[str, tuple[str, ...], str, str, str] | None:
+        """The head checks; what the signature check needs, or None when there is none."""
         authorization = request.headers.get("authorization")
         if authorization is None:
             if self._required or self._credentials:
                 raise SigV4Rejected(
                     "MissingAuthenticationTokenException", "Missing Authentication Token"
                 )
-            return
+            return None
         try:
             parsed = parse_authorization(authorization)
         except ValueError as exc:
@@ -178,16 +192,14 @@ class SigV4Verifier:
             )
         self._check_scope(request, parsed.region, parsed.signed_headers)
         if not self._credentials:
-            return  # no keys configured: any well-formed signature will do
+            return None  # no keys configured: any well-formed signature will do
         secret = self._credentials.get(parsed.access_key)
         if secret is None:
             raise SigV4Rejected(
                 "UnrecognizedClientException",
                 "The security token included in the request is invalid.",
             )
-        self._check_signature(
-            request, parsed.region, parsed.signed_headers, parsed.signature, secret, amz_date
-        )
+        return parsed.region, parsed.signed_headers, parsed.signature, secret, amz_date
 
     def _check_scope(self, request: Request, region: str, signed_headers: tuple[str, ...]) -> None:
         """Signed for this region and this host, with every x-amz* header signed."""

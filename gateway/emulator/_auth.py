@@ -33,3 +33,10 @@ class SignatureVerifier:
             self._verifier.verify(request)
         except SigV4Rejected as rejected:
             raise SageMakerError(rejected.code, rejected.message) from None
+
+    def verify_head(self, request: Request) -> None:
+        """As :meth:`verify`, for what the head alone decides (before the body is read)."""
+        try:
+            self._verifier.verify_head(request)
+        except SigV4Rejected as rejected:
+            raise SageMakerError(rejected.code, rejected.message) from None

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,11 +31,13 @@ from gateway._server.http import (
     StreamingResponse,
     start_server,
 )
+from gateway.emulator._auth import SignatureVerifier
 from gateway.emulator._config import (
     EmulatorConfig,
     FaultConfig,
     LatencyConfig,
 )
+from gateway.emulator._errors import SageMakerError, error_response
 from gateway.emulator._runtimes import RuntimeServices
 from gateway.emulator._service import EmulatorService, RecordedRequest
 from gateway.emulator._stats import EmulatorStats
@@ -47,6 +50,7 @@ ConfigSource = EmulatorConfig | Mapping[str, Any] | str | Path | None
 # The control token for remote callers of /_emulator/*, read by the command.
 CONTROL_TOKEN_ENV = "SAGEMAKER_EMULATOR_CONTROL_TOKEN"
 _CONTROL_PREFIX = "/_emulator/"
+_RUNTIME_PREFIX = "/endpoints/"
 
 
 def _check_bind(host: str, allow_remote: bool) -> None:
@@ -89,6 +93,33 @@ class _ControlGate:
         if self._expected is None or given is None:
             return False
         return hmac.compare_digest(given.encode("latin-1"), self._expected)
+
+
+class _HeadAuth:
+    """Refuses a runtime call whose head shows it is not authenticated, before its body.
+
+    The server runs it on each request's head (``head_check``): an unsigned
+    or badly signed 6 MiB POST is answered without a byte of its body being
+    kept. The signature over the body is checked later, by the service.
+    """
+
+    __slots__ = ("_stats", "_verifier")
+
+    def __init__(self, config: EmulatorConfig, stats: EmulatorStats) -> None:
+        self._verifier = SignatureVerifier(config.auth, config.region)
+        self._stats = stats
+
+    def __call__(self, request: Request) -> Response | None:
+        path = request.path
+        if request.method != "POST" or not path.startswith(_RUNTIME_PREFIX):
+            return None
+        try:
+            self._verifier.verify_head(request)
+        except SageMakerError as error:
+            endpoint = path[len(_RUNTIME_PREFIX) :].partition("/")[0]
+            self._stats.errors[(endpoint, error.code)] += 1
+            return error_response(error, str(uuid.uuid4()))
+        return None
 
 
 def load_config(source: ConfigSource) -> EmulatorConfig:
@@ -136,6 +167,7 @@ class Emulator:
             max_body_size=self.config.server_body_limit(), server_header=None
         )
         self._service = EmulatorService(self.config)
+        self._service.stats.name_endpoints(self.config.endpoints)
         self._server: Server | None = None
 
     @property
@@ -168,7 +200,11 @@ class Emulator:
         if not is_loopback(self._host):
             handler = _ControlGate(handler, self._control_token)
         self._server = await start_server(
-            handler, self._host, self._requested_port, limits=self._limits
+            handler,
+            self._host,
+            self._requested_port,
+            limits=self._limits,
+            head_check=_HeadAuth(self.config, self._service.stats),
         )
         return self
 

@@ -3,9 +3,36 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["EmulatorStats"]
+__all__ = ["OTHER_ENDPOINT", "EmulatorStats"]
+
+# Where errors for an endpoint name that is not configured are counted: the
+# name comes from the request path, so keying by it would let any caller grow
+# the statistics without bound.
+OTHER_ENDPOINT = "(not configured)"
+
+
+class _ErrorCounts(Counter[tuple[str, str]]):
+    """(endpoint, code) counts; once endpoints are named, any other name counts as one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.endpoints: frozenset[str] | None = None  # None: every name as given
+
+    def _key(self, key: tuple[str, str]) -> tuple[str, str]:
+        name, code = key
+        known = self.endpoints
+        if known is None or not name or name in known:
+            return key
+        return (OTHER_ENDPOINT, code)
+
+    def __getitem__(self, key: tuple[str, str]) -> int:
+        return super().__getitem__(self._key(key))
+
+    def __setitem__(self, key: tuple[str, str], value: int) -> None:
+        super().__setitem__(self._key(key), value)
 
 
 class EmulatorStats:
@@ -20,13 +47,20 @@ class EmulatorStats:
         self.invocations: Counter[tuple[str, str, str | None]] = Counter()
         self.stream_invocations: Counter[str] = Counter()
         self.async_invocations: Counter[str] = Counter()
-        self.errors: Counter[tuple[str, str]] = Counter()  # (endpoint or "", code)
+        # (endpoint or "", code); see name_endpoints for the endpoint part.
+        self.errors: Counter[tuple[str, str]] = _ErrorCounts()
         self.cold_loads: Counter[tuple[str, str]] = Counter()  # (endpoint, model)
         self.evictions: Counter[tuple[str, str]] = Counter()
         self.resets: Counter[str] = Counter()
         self.stalls: Counter[str] = Counter()
         self.tails: Counter[str] = Counter()  # responses given the latency tail
         self.stream_errors: Counter[str] = Counter()
+
+    def name_endpoints(self, endpoints: Iterable[str]) -> None:
+        """Count errors for these endpoints by name, for any other under OTHER_ENDPOINT."""
+        errors = self.errors
+        assert isinstance(errors, _ErrorCounts)
+        errors.endpoints = frozenset(endpoints)
 
     def count(
         self, endpoint: str | None = None, variant: str | None = None, model: str | None = None

@@ -49,7 +49,9 @@ def _workers(raw: Any, key: str) -> Any:
     if not isinstance(raw, str):
         return raw
     text = raw.strip().lower()
-    return 0 if text == "auto" else int(text) if text.isdecimal() else raw
+    # Past 19 digits it is no count (and past 4,300 int() itself refuses): the
+    # reader's one-line error says what a count must be.
+    return 0 if text == "auto" else int(text) if text.isdecimal() and len(text) < 20 else raw
 
 
 @section("sidecar")
@@ -66,6 +68,10 @@ class SidecarConfig:
     # Worker processes sharing the port (SO_REUSEPORT); "auto" (read as 0):
     # as many as the cores this process may use. An in-process Sidecar ignores it.
     workers: int = setting(default=1, before=_workers, ge=0, le=_MAX_WORKERS)
+    # With workers: one whose event loop answers none of the supervisor's
+    # checks (every third of this) for this long is killed and replaced: a
+    # stopped or wedged worker would keep its share of new connections.
+    worker_liveness_s: float = setting(default=15.0, ge=0.3)
     header_timeout_s: float = setting(default=5.0, ge=0.001)
     body_timeout_s: float = setting(default=30.0, ge=0.001)
     idle_timeout_s: float = setting(default=60.0, ge=0.001)

@@ -7,6 +7,7 @@ like a credential is replaced, so even a careless ``extra={"authorization":
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import re
@@ -42,7 +43,12 @@ class JsonFormatter(logging.Formatter):
                 entry[key] = "<redacted>" if _SECRET_KEY.search(key) else value
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return orjson.dumps(entry, default=str).decode()
+        try:
+            return orjson.dumps(entry, default=str).decode()
+        except orjson.JSONEncodeError:
+            # A value orjson cannot write (an integer past 64 bits): the line
+            # is still written, with such values as text.
+            return json.dumps(entry, default=str)
 
 
 def configure_logging(level: str = "INFO", stream: TextIO | None = None) -> None:
@@ -58,6 +64,27 @@ def configure_logging(level: str = "INFO", stream: TextIO | None = None) -> None
 # -- access log ---------------------------------------------------------------------
 
 access_logger = logging.getLogger("gateway.access")
+
+# A path (and the route name decoded from it) is the caller's text,
+# unauthenticated: logged at most this long, and with anything but printable
+# ASCII written as \xNN (a control character is otherwise a 6-character JSON
+# escape, or, decoded, text a log viewer interprets).
+MAX_LOGGED_CHARS = 512
+_UNPRINTABLE = re.compile(r"[^\x20-\x7e]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    return f"\\x{ord(match.group()):02x}"
+
+
+def loggable(text: str) -> str:
+    """A caller's ``text`` for a log line: printable ASCII, at most MAX_LOGGED_CHARS of it."""
+    if len(text) <= MAX_LOGGED_CHARS and text.isascii() and text.isprintable():
+        return text  # the usual case, unchanged
+    shown = _UNPRINTABLE.sub(_escape, text[:MAX_LOGGED_CHARS])
+    if len(text) > MAX_LOGGED_CHARS:
+        shown += f"...({len(text)} characters)"
+    return shown
 
 
 class AccessLog:
@@ -100,8 +127,8 @@ class AccessLog:
             "request",
             extra={
                 "method": method,
-                "path": path,
-                "route": route,
+                "path": loggable(path),
+                "route": None if route is None else loggable(route),
                 "status": status,
                 "error_code": error_code,
                 "duration_s": round(duration_s, 6),

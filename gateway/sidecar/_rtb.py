@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import re
 import time
 import zlib
 from bisect import bisect_left
@@ -68,8 +69,22 @@ FORWARDED_HEADERS: Final[tuple[str, ...]] = (
     "x-forwarded-for",
     ROUTE_HEADER,
 )
-# W3C trace context, passed on as it came when the sidecar does not trace itself.
-_TRACE_HEADERS: Final = ("traceparent", "tracestate")
+# W3C trace context (https://www.w3.org/TR/trace-context/), passed on when the
+# sidecar does not trace itself: only when valid, since the caller is not
+# trusted and the bidder may be. A repeated traceparent arrives comma-joined,
+# which no valid one contains, so it is dropped too; a tracestate goes only
+# with a valid traceparent, and only whole and valid (at most 32 members,
+# 512 characters: the length every vendor must pass on).
+_TRACEPARENT: Final = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}(-.*)?")
+_TRACEPARENT_MAX: Final = 256  # version 00 is 55 characters; later versions may add fields
+_TRACESTATE_KEY: Final = (
+    r"(?:[a-z][_0-9a-z\-*/]{0,255}|[a-z0-9][_0-9a-z\-*/]{0,240}@[a-z][_0-9a-z\-*/]{0,13})"
+)
+_TRACESTATE_MEMBER: Final = re.compile(
+    _TRACESTATE_KEY + r"=[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]"
+)
+_TRACESTATE_MAX: Final = 512
+_TRACESTATE_MEMBERS: Final = 32
 _NO_BID: Final = 204
 _TEXT = ("Content-Type", "text/plain; charset=utf-8")
 _BATCH_BUCKETS: Final = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -402,9 +417,12 @@ class RtbProxy:
         """The trace context for the bidder: a client span's, or the inbound one as is."""
         if self.tracing is not None:
             return self.tracing.client_span("POST bidder", headers)
-        headers.extend(
-            (name, request.headers[name]) for name in _TRACE_HEADERS if name in request.headers
-        )
+        traceparent = request.headers.get("traceparent")
+        if traceparent is not None and valid_traceparent(traceparent):
+            headers.append(("traceparent", traceparent))
+            tracestate = request.headers.get("tracestate")
+            if tracestate is not None and valid_tracestate(tracestate):
+                headers.append(("tracestate", tracestate))
         return contextlib.nullcontext()
 
     def _bidder_failed(
@@ -413,6 +431,35 @@ class RtbProxy:
         self.metrics.forwarded.observe(time.perf_counter() - sent)
         self.metrics.bidder_error(reason)
         return Response(_NO_BID, decision_headers)
+
+
+def valid_traceparent(value: str) -> bool:
+    """A W3C ``traceparent`` this proxy passes on (see _TRACEPARENT)."""
+    if len(value) > _TRACEPARENT_MAX:
+        return False
+    match = _TRACEPARENT.fullmatch(value)
+    if match is None:
+        return False
+    version, trace_id, parent_id, extra = match.groups()
+    if version == "ff" or (version == "00" and extra is not None):
+        return False
+    return trace_id != "0" * 32 and parent_id != "0" * 16
+
+
+def valid_tracestate(value: str) -> bool:
+    """A W3C ``tracestate`` (repeated headers comma-joined) this proxy passes on whole."""
+    if len(value) > _TRACESTATE_MAX:
+        return False
+    members = [member.strip(" \t") for member in value.split(",")]
+    members = [member for member in members if member]  # empty list members are allowed
+    if len(members) > _TRACESTATE_MEMBERS:
+        return False
+    keys = set()
+    for member in members:
+        if _TRACESTATE_MEMBER.fullmatch(member) is None:
+            return False
+        keys.add(member.partition("=")[0])
+    return len(keys) == len(members)  # a key may appear once
 
 
 def _decision_headers(decision: Decision) -> list[tuple[str, str]]:

@@ -208,8 +208,8 @@ class Sidecar:
             reasons.append("not serving")
         if self.draining:
             reasons.append("draining")
-        if not _credentials_loaded(self.gateway):
-            reasons.append("credentials not loaded")
+        if not _credentials_usable(self.gateway):
+            reasons.append("credentials not loaded or expired")
         reasons.extend(
             f"route {name!r} has no healthy target"
             for name, healthy in sorted(self.gateway.route_health().items())
@@ -257,17 +257,12 @@ class Sidecar:
         return SidecarProcess.start(config, listen, args, env)
 
 
-def _credentials_loaded(gateway: Gateway) -> bool:
+def _credentials_usable(gateway: Gateway) -> bool:
     # The gateway resolves credentials in start() and refuses to start without
-    # them; this sees them expire (or a gateway that was never started).
+    # them; this sees them expire while a refresh hangs or fails (or a gateway
+    # that was never started).
     source = getattr(gateway, "_credentials", None)
-    if source is None:
-        return False
-    try:
-        source.current()
-    except Exception:
-        return False
-    return True
+    return source is not None and bool(source.usable())
 
 
 def _as_gateway(source: GatewaySource) -> Gateway:
@@ -539,7 +534,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         worker.tag_logs()
     count = resolve_worker_count(config.workers)
     if worker is None and count > 1:
-        return _supervise(arguments, host, port, count)
+        return _supervise(arguments, host, port, count, config.worker_liveness_s)
     try:
         code: int = _event_loop_runner()(_serve(gateway_config, config, listen, worker))
     except ConfigError as exc:  # found at start: credentials, a taken port, ...
@@ -548,13 +543,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def _supervise(arguments: list[str], host: str, port: int, count: int) -> int:
+def _supervise(arguments: list[str], host: str, port: int, count: int, liveness_s: float) -> int:
     try:
         sock = reserve_address(host, port)
     except ConfigError as exc:
         print(f"sidecar: {exc}", file=sys.stderr)
         return 2
-    supervisor = Supervisor(arguments, sock, count, _READY_PREFIX)
+    supervisor = Supervisor(arguments, sock, count, _READY_PREFIX, liveness_s=liveness_s)
     return asyncio.run(supervisor.run())
 
 

@@ -27,6 +27,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import sys
 import tempfile
 import time
@@ -61,6 +62,10 @@ _FIRST_BACKOFF_S = 0.5
 _MAX_BACKOFF_S = 30.0
 _HEALTHY_AFTER_S = 10.0
 _SIBLING_TIMEOUT_S = 2.0
+# A worker that answers no liveness check for this long is killed and replaced.
+_LIVENESS_S = 15.0
+# The supervisor's private directory: <tempdir>/<prefix><supervisor pid>-<random>.
+_DIR_PREFIX = "sagemaker-gateway-workers-"
 
 
 def available_cores(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
@@ -131,14 +136,24 @@ class _Worker:
     process: asyncio.subprocess.Process | None = None
     started_at: float = 0.0
     backoff: float = _FIRST_BACKOFF_S
+    ready: bool = False  # said it serves, and has not exited since
+    last_answer: float = 0.0  # monotonic time of its last answer to a liveness check
+    killed_for: str | None = None  # why the supervisor killed it, for the restart line
 
 
 class Supervisor:
     """Starts, watches and stops the workers of one ``--workers N`` sidecar."""
 
     def __init__(
-        self, argv: Sequence[str], sock: socket.socket, count: int, ready_prefix: str
+        self,
+        argv: Sequence[str],
+        sock: socket.socket,
+        count: int,
+        ready_prefix: str,
+        *,
+        liveness_s: float = _LIVENESS_S,
     ) -> None:
+        self._liveness_s = liveness_s
         self._argv = list(argv)
         self._sock = sock
         self._count = count
@@ -159,7 +174,8 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._on_signal, signum)
-        self._dir = tempfile.mkdtemp(prefix="sagemaker-gateway-workers-")
+        _remove_orphaned_directories()
+        self._dir = tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-")
         try:
             return await self._supervise()
         finally:
@@ -183,8 +199,52 @@ class Supervisor:
         )
         print(f"{self._ready_prefix}{first}", flush=True)
         watchers = [asyncio.create_task(self._watch(worker)) for worker in self._workers]
-        await asyncio.gather(*watchers)
+        liveness = asyncio.create_task(self._check_liveness())
+        try:
+            await asyncio.gather(*watchers)
+        finally:
+            liveness.cancel()
         return 0
+
+    async def _check_liveness(self) -> None:
+        """Kill a worker whose event loop has answered no check for ``liveness_s``.
+
+        The check is the one a sibling's ``/metrics`` scrape makes (its Unix
+        socket, answered on its event loop), so a stopped (SIGSTOP) or wedged
+        worker fails it. Killed, it is restarted as any worker that dies, and
+        its listener no longer takes a share of new connections.
+        """
+        interval = self._liveness_s / 3
+        while not self._stopping:
+            await asyncio.sleep(interval)
+            checked = [w for w in self._workers if w.ready and w.killed_for is None]
+            answers = await asyncio.gather(*(self._answers(w, interval) for w in checked))
+            now = time.monotonic()
+            for worker, answered in zip(checked, answers, strict=True):
+                if answered or not worker.ready:
+                    worker.last_answer = now
+                elif now - worker.last_answer >= self._liveness_s and not self._stopping:
+                    self._kill_unresponsive(worker)
+
+    async def _answers(self, worker: _Worker, timeout: float) -> bool:
+        path = Path(self._dir) / f"worker-{worker.index}.sock"
+        try:
+            async with asyncio.timeout(timeout):
+                reader, writer = await asyncio.open_unix_connection(str(path))
+                try:
+                    return bool(await reader.read(1))
+                finally:
+                    writer.close()
+        except (OSError, TimeoutError):
+            return False
+
+    def _kill_unresponsive(self, worker: _Worker) -> None:
+        process = worker.process
+        if process is None or process.returncode is not None:
+            return
+        worker.killed_for = "unresponsive"
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()  # SIGKILL: a stopped process cannot act on anything else
 
     def _pid(self, worker: _Worker) -> int | None:
         return worker.process.pid if worker.process is not None else None
@@ -228,6 +288,8 @@ class Supervisor:
         if not line.startswith(self._ready_prefix):
             await worker.process.wait()
             return None
+        worker.ready = True
+        worker.last_answer = time.monotonic()
         # Nothing else is expected on stdout; read it so the pipe never fills.
         drain = asyncio.create_task(_drain(worker.process.stdout))
         self._tasks.add(drain)
@@ -243,6 +305,8 @@ class Supervisor:
             process = worker.process
             assert process is not None
             code = await process.wait()
+            worker.ready = False
+            reason, worker.killed_for = worker.killed_for or "exited", None
             if self._stopping:
                 return
             lived = time.monotonic() - worker.started_at
@@ -250,7 +314,7 @@ class Supervisor:
                 worker.backoff = _FIRST_BACKOFF_S
             delay = worker.backoff
             worker.backoff = min(worker.backoff * 2, _MAX_BACKOFF_S)
-            worker_restarted(worker.index, process.pid, code, restart_in_s=delay)
+            worker_restarted(worker.index, process.pid, code, reason, restart_in_s=delay)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), delay)
             if self._stopping:
@@ -267,6 +331,32 @@ class Supervisor:
         assert worker.process is not None
         code = await worker.process.wait()
         return code if code > 0 else 1
+
+
+def _remove_orphaned_directories(root: str | None = None) -> None:
+    """Remove the private directories of supervisors that are gone.
+
+    A supervisor removes its directory as it exits; one killed outright
+    (SIGKILL, OOM) cannot, and its workers die with it. The directory names
+    its supervisor's pid: one of ours whose process no longer exists is
+    removed here. A pid taken by another process since keeps its directory
+    until a later start: never one in use is removed.
+    """
+    base = Path(root or tempfile.gettempdir())
+    uid = os.getuid()
+    for directory in base.glob(f"{_DIR_PREFIX}*-*"):
+        pid_text = directory.name.removeprefix(_DIR_PREFIX).partition("-")[0]
+        if not pid_text.isdecimal() or int(pid_text) == os.getpid():
+            continue
+        try:
+            info = directory.lstat()
+            if info.st_uid != uid or not stat.S_ISDIR(info.st_mode):
+                continue
+            os.kill(int(pid_text), 0)
+        except ProcessLookupError:
+            shutil.rmtree(directory, ignore_errors=True)
+        except OSError:  # gone meanwhile, or a process of another user: not ours to judge
+            continue
 
 
 async def _drain(stream: asyncio.StreamReader) -> None:

@@ -141,7 +141,7 @@ def _emulator(table: dict[str, Any]) -> object:
         (
             lambda t: EmulatorConfig.from_dict(t),
             {"auth": {"credentials": {"AK": ""}}},
-            "auth.credentials.AK: must be a non-empty string, got ''",
+            "auth.credentials.AK: must be a non-empty string (the value is a secret: not shown)",
         ),
     ],
 )

@@ -377,3 +377,110 @@ async def test_a_gateway_on_five_minute_role_credentials_does_not_refresh_per_ca
             assert (await gateway.invoke("echo", b"abc", timeout=5)).body == b"abc"
         # No call went back to the provider: none waited for a refresh.
         assert int(runs.read_text()) == issued_at_start
+
+
+# -- a container-credentials endpoint that hangs ------------------------------
+
+
+class HangingContainerEndpoint:
+    """A real HTTP server standing in for the container-credentials endpoint.
+
+    The first request gets credentials (``ttl`` seconds from now); every later
+    one is held open, unanswered, until :meth:`release`.
+    """
+
+    def __init__(self, ttl: float) -> None:
+        self.ttl = ttl
+        self.requests = 0
+        self.released = asyncio.Event()
+        self.server: asyncio.Server | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        port = self.server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}/creds"
+
+    async def __aenter__(self) -> HangingContainerEndpoint:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.release()
+        assert self.server is not None
+        self.server.close()
+        await self.server.wait_closed()
+
+    def release(self) -> None:
+        self.released.set()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        self.requests += 1
+        if self.requests > 1:
+            await self.released.wait()  # hangs, as a broken endpoint does
+            writer.close()
+            return
+        expiry = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + self.ttl))
+        body = (
+            f'{{"AccessKeyId": "{ACCESS_KEY}", "SecretAccessKey": "{SECRET_KEY}", '
+            f'"Token": "token", "Expiration": "{expiry}"}}'
+        ).encode()
+        head = f"HTTP/1.1 200 OK\r\ncontent-length: {len(body)}\r\nconnection: close\r\n\r\n"
+        writer.write(head.encode() + body)
+        await writer.drain()
+        writer.close()
+
+
+def container_fetcher(url: str) -> Callable[[], Credentials]:
+    """botocore's own container provider, through the gateway's fetcher."""
+    from types import SimpleNamespace
+
+    from botocore.credentials import ContainerProvider
+
+    from gateway._credentials import botocore_fetcher
+
+    def credentials() -> object:
+        return ContainerProvider({"AWS_CONTAINER_CREDENTIALS_FULL_URI": url}).load()
+
+    return botocore_fetcher(SimpleNamespace(get_credentials=credentials))
+
+
+async def test_a_hanging_credentials_endpoint_never_holds_a_call_past_its_deadline(
+    emulator: Emulator,
+) -> None:
+    # Credentials for 20 minutes, windows wider than that: every call is in the
+    # mandatory window, and the refresh it starts hangs on the endpoint.
+    async with HangingContainerEndpoint(ttl=20 * 60) as endpoint:
+        source = CredentialSource(
+            container_fetcher(endpoint.url), advisory_s=30 * 60, mandatory_s=25 * 60
+        )
+        await source.start()
+        try:
+            async with gateway_for(emulator.url) as gateway:
+                gateway._credentials = source
+                for _ in range(3):
+                    # botocore gives up on a hanging endpoint after seconds; the
+                    # call's own 1 s deadline is what bounds its wait.
+                    result = await asyncio.wait_for(gateway.invoke("echo", b"x", timeout=1.0), 2.5)
+                    assert result.body == b"x"
+                assert endpoint.requests == 2  # one refresh, hanging, shared by every call
+                assert source.usable()
+        finally:
+            await source.aclose()
+
+
+async def test_expired_credentials_and_a_hanging_refresh_fail_by_the_deadline() -> None:
+    async with HangingContainerEndpoint(ttl=20 * 60) as endpoint:
+        clock = Clock(time.time())
+        source = CredentialSource(container_fetcher(endpoint.url), retry_s=1, clock=clock)
+        await source.start()
+        try:
+            clock.now += 21 * 60  # past expiry; the refresh this starts hangs
+            assert not source.usable()
+            with pytest.raises(errors.SignatureError) as caught:
+                await asyncio.wait_for(source.fresh(time.monotonic() + 0.2), 2.0)
+            assert caught.value.code == "ExpiredTokenException"
+            assert endpoint.requests == 2
+        finally:
+            await source.aclose()

@@ -265,3 +265,123 @@ async def test_expect_continue_after_an_answered_request_gets_100_at_once(server
     finally:
         writer.close()
         await writer.wait_closed()
+
+
+# -- HTTP versions this server does not speak -----------------------------------
+
+
+async def test_an_http_0_9_request_line_is_refused(server: Server) -> None:
+    raw = await _exchange(server, b"GET /\r\n\r\n")
+    # Before: answered as HTTP/1.1 200 with the handler's response.
+    assert raw.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    assert raw.endswith(b"HTTP/0.9 is not supported")
+
+
+async def test_http_2_0_is_refused_with_505(server: Server) -> None:
+    raw = await _exchange(server, b"GET / HTTP/2.0\r\nhost: x\r\n\r\n")
+    assert raw.startswith(b"HTTP/1.1 505 HTTP Version Not Supported\r\n")
+    assert b"connection: close" in raw
+
+
+async def test_http_1_0_is_still_answered(server: Server) -> None:
+    raw = await _exchange(server, b"GET / HTTP/1.0\r\nhost: x\r\n\r\n")
+    assert raw.startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+# -- a head check refuses before the body is read --------------------------------
+
+
+async def test_a_head_check_refuses_before_the_body_and_lets_others_through() -> None:
+    seen: list[str] = []
+
+    def check(request: Request) -> Response | None:
+        seen.append(f"{request.path} {len(request.body)}")
+        if request.headers.get("x-key") != "ok":
+            return Response(401, [("x-why", "no key")], b"who are you")
+        return None
+
+    server = await start_server(_handler, "127.0.0.1", 0, limits=LIMITS, head_check=check)
+    try:
+        # 900 bytes announced, never sent: the refusal comes from the head alone.
+        refused = await _exchange(
+            server, b"POST /a HTTP/1.1\r\nhost: x\r\ncontent-length: 900\r\n\r\n"
+        )
+        allowed = await _exchange(
+            server,
+            b"POST /b HTTP/1.1\r\nhost: x\r\nx-key: ok\r\ncontent-length: 4\r\n"
+            b"connection: close\r\n\r\nbody",
+        )
+    finally:
+        await server.close(grace=1.0)
+    assert refused.startswith(b"HTTP/1.1 401 Unauthorized\r\nx-why: no key\r\n")
+    assert b"content-length: 11\r\nconnection: close\r\n\r\nwho are you" in refused
+    assert allowed.startswith(b"HTTP/1.1 200 OK\r\n") and allowed.endswith(b"body")
+    assert seen == ["/a 0", "/b 0"]  # the check sees heads only
+
+
+# -- listener close with requests pipelined behind the one in flight ------------
+
+
+async def test_requests_pipelined_behind_one_in_flight_are_answered_at_close() -> None:
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    async def handler(request: Request) -> Response:
+        if request.path == "/hold":
+            started.set()
+            await release.wait()
+        return Response(200, [("x-path", request.path)], request.path.encode())
+
+    server = await start_server(handler, "127.0.0.1", 0, limits=LIMITS)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        writer.write(
+            b"GET /hold HTTP/1.1\r\nhost: x\r\n\r\n"
+            b"GET /second HTTP/1.1\r\nhost: x\r\n\r\n"
+            b"GET /third HTTP/1.1\r\nhost: x\r\n\r\n"
+        )
+        await asyncio.wait_for(started.wait(), 5)
+        closing = asyncio.create_task(server.close(grace=5.0))
+        await asyncio.sleep(0)  # close() has begun: the listener is shut
+        release.set()
+        raw = await asyncio.wait_for(reader.read(), 5)
+        await closing
+    finally:
+        writer.close()
+    answers = raw.split(b"HTTP/1.1 ")[1:]
+    # Before: only /hold was answered (with "close"); /second and /third were dropped.
+    assert [answer.split(b"\r\n", 1)[0] for answer in answers] == [b"200 OK"] * 3
+    assert [answer.rsplit(b"\r\n\r\n", 1)[1] for answer in answers] == [
+        b"/hold",
+        b"/second",
+        b"/third",
+    ]
+    assert [b"connection: close" in answer for answer in answers] == [False, False, True]
+
+
+async def test_a_request_arriving_after_close_began_is_not_read() -> None:
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    async def handler(request: Request) -> Response:
+        started.set()
+        await release.wait()
+        return Response(200, [], request.path.encode())
+
+    server = await start_server(handler, "127.0.0.1", 0, limits=LIMITS)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        writer.write(b"GET /first HTTP/1.1\r\nhost: x\r\n\r\n")
+        await asyncio.wait_for(started.wait(), 5)
+        closing = asyncio.create_task(server.close(grace=5.0))
+        await asyncio.sleep(0)
+        writer.write(b"GET /late HTTP/1.1\r\nhost: x\r\n\r\n")
+        await writer.drain()
+        release.set()
+        raw = await asyncio.wait_for(reader.read(), 5)
+        await closing
+    finally:
+        writer.close()
+    # The one in flight is answered and says "close"; the late one is left unread.
+    assert raw.count(b"HTTP/1.1 ") == 1
+    assert b"connection: close" in raw and raw.endswith(b"/first")

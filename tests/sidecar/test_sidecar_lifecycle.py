@@ -86,3 +86,50 @@ async def test_sigterm_drains_then_stops(emulator: Emulator) -> None:
     assert served_during_drain >= 5, served_during_drain
     # It stayed up for the drain (not a timing bound on speed: a floor).
     assert stopped_after >= 2.0
+
+
+async def test_readyz_is_not_ready_while_credentials_are_expired(sidecar: Sidecar) -> None:
+    from gateway._aws.sigv4 import Credentials
+    from gateway._credentials import CredentialSource
+
+    gateway = sidecar.gateway
+    live = gateway._credentials
+    async with httpx.AsyncClient(base_url=sidecar.url) as http:
+        assert (await http.get("/readyz")).status_code == 200
+        # What a refresh that hangs or fails leaves behind once the expiry passes.
+        expired = Credentials("AK", "SK", "token", time.time() - 1)
+        gateway._credentials = CredentialSource.static(expired)
+        try:
+            answer = await http.get("/readyz")
+        finally:
+            gateway._credentials = live
+        assert answer.status_code == 503
+        assert answer.json()["reasons"] == ["credentials not loaded or expired"]
+        assert (await http.get("/readyz")).status_code == 200
+
+
+async def test_readyz_is_not_ready_while_every_target_of_a_route_fails(
+    emulator: Emulator,
+) -> None:
+    route = {
+        "targets": [{"endpoint": "a"}],
+        "ejection": {"consecutive_failures": 2},
+        "retry": {"max_attempts": 1},
+    }
+    config = {**_config(emulator), "routes": {"solo": route}}
+    async with (
+        Sidecar(config, "127.0.0.1", 0) as sidecar,
+        httpx.AsyncClient(base_url=sidecar.url, timeout=10) as http,
+    ):
+        assert (await http.get("/readyz")).status_code == 200
+        emulator.set_faults("a", reset_rate=1.0)
+        for _ in range(2):
+            assert (await http.post("/endpoints/solo/invocations", content=b"x")).status_code >= 500
+        # Before: 200 whatever happened upstream (a lone target is never ejected).
+        failing = await http.get("/readyz")
+        assert failing.status_code == 503
+        assert failing.json()["reasons"] == ["route 'solo' has no healthy target"]
+        assert (await http.get("/ping")).status_code != 200
+        emulator.restore("a")
+        assert (await http.post("/endpoints/solo/invocations", content=b"x")).status_code == 200
+        assert (await http.get("/readyz")).status_code == 200

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -321,3 +325,106 @@ def test_auto_workers_follow_affinity_and_the_container_cpu_limit(tmp_path: Path
     tiny.write_text("10000 100000\n")
     assert available_cores(tiny) == 1
     assert available_cores(tmp_path / "absent") == affinity
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A temporary directory with a short path (a Unix socket path has at most 107 bytes)."""
+    path = Path(tempfile.mkdtemp(prefix="gw-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_killed_supervisors_directory_is_removed_by_the_next_start(
+    emulator: Emulator, short_tmp: Path
+) -> None:
+    tmp_path = short_tmp
+    environment = {"TMPDIR": str(tmp_path)}
+
+    def supervisor_directories() -> list[Path]:
+        return sorted(tmp_path.glob("sagemaker-gateway-workers-*"))
+
+    first = SidecarProcess.start(
+        _config(emulator),
+        "127.0.0.1:0",
+        ("--workers", "2", "--log-level", "WARNING"),
+        environment,
+    )
+    try:
+        workers = _children(first.process.pid)
+        (orphan,) = supervisor_directories()
+        assert orphan.name.startswith(f"sagemaker-gateway-workers-{first.process.pid}-")
+        first.process.kill()  # SIGKILL: no chance to clean up
+        first.process.wait(10)
+        for pid in workers:  # the workers die with their supervisor
+            _wait_gone(pid)
+        assert supervisor_directories() == [orphan]  # left behind
+    finally:
+        first.stop()
+    second = SidecarProcess.start(
+        _config(emulator),
+        "127.0.0.1:0",
+        ("--workers", "2", "--log-level", "WARNING"),
+        environment,
+    )
+    try:
+        (own,) = supervisor_directories()
+        # Before: the killed supervisor's directory stayed for good, next to this one.
+        assert own != orphan and not orphan.exists()
+    finally:
+        second.stop()
+    assert supervisor_directories() == []
+
+
+def _wait_gone(pid: int) -> None:
+    for _ in range(500):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        # A zombie until its parent (init, after the supervisor died) reaps it.
+        if Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"process {pid} still running")
+
+
+async def test_a_stopped_worker_is_killed_and_replaced(emulator: Emulator, tmp_path: Path) -> None:
+    config = tmp_path / "gateway.json"
+    config.write_text(json.dumps(_config(emulator, worker_liveness_s=1.5)))
+    log = tmp_path / "stderr.log"
+    process = await asyncio.to_thread(_start_logging_to, log, config)
+    try:
+        url = await asyncio.to_thread(
+            processes.read_ready_line, process, "sidecar listening on ", "sidecar", 60
+        )
+        before = _children(process.pid)
+        victim = min(before)
+        # SIGSTOP: alive to the kernel, its listener still takes a share of new
+        # connections, and nothing answers them. Before: kept as it was, forever.
+        os.kill(victim, signal.SIGSTOP)
+        for _ in range(400):
+            now = _children(process.pid)
+            if len(now) == 2 and victim not in now:
+                break
+            await asyncio.sleep(0.05)
+        assert victim not in now and len(now) == 2, (before, now)
+        async with httpx.AsyncClient(base_url=url) as http:
+            for _ in range(200):
+                if (await http.get("/readyz", headers={"connection": "close"})).status_code == 200:
+                    break
+                await asyncio.sleep(0.05)
+        assert await _calls_on_fresh_connections(url, 16) == [200] * 16
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGCONT)
+        code = await asyncio.to_thread(processes.terminate, process, 30)
+    assert code == 0
+    restarts = [
+        json.loads(line) for line in log.read_text().splitlines() if "worker restarted" in line
+    ]
+    assert [(r["pid"], r["reason"], r["exit_code"]) for r in restarts] == [
+        (victim, "unresponsive", -signal.SIGKILL)
+    ]
