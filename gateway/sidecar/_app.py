@@ -20,12 +20,10 @@ from urllib.parse import unquote
 
 import orjson
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     GC_COLLECTOR,
     PLATFORM_COLLECTOR,
     PROCESS_COLLECTOR,
     CollectorRegistry,
-    generate_latest,
 )
 
 from gateway import errors
@@ -134,7 +132,10 @@ class SidecarApp:
             config.default_timeout_ms / 1000 if config.default_timeout_ms is not None else None
         )
         self._authenticate = authenticate
-        self._metrics_auth = authenticate if config.metrics_auth else None
+        # Who may scrape /metrics: on the traffic port, inbound auth unless
+        # metrics_auth is false; on the admin port, only when admin_auth is on.
+        self.metrics_auth = authenticate if config.metrics_auth else None
+        self.admin_auth = authenticate if config.admin_auth else None
         self.in_flight = 0
         self.started = False
         self.busy_poll = BusyPoll(config.busy_poll_us / 1e6) if config.busy_poll_us else None
@@ -178,8 +179,6 @@ class SidecarApp:
                 return await self._invocation(request, operation, name)
         elif path == "/ping" and request.method in ("GET", "HEAD"):
             return self._ping()
-        elif path == "/metrics" and request.method == "GET":
-            return await self._metrics(request)
         self.metrics.reject("unknown_operation")
         return error_response("UnknownOperationException", "Unknown operation", 404)
 
@@ -360,17 +359,18 @@ class SidecarApp:
 
     # -- operations endpoints ---------------------------------------------------
 
-    async def _metrics(self, request: Request) -> Response:
-        """The Prometheus scrape; behind inbound auth unless ``metrics_auth`` is false."""
-        if self._metrics_auth is not None:
-            try:
-                self._metrics_auth(request)
-            except SigV4Rejected as rejected:
-                self.metrics.reject("auth")
-                return error_response(rejected.code, rejected.message, rejected.status)
-        # Rendered off the event loop: calls keep flowing during a scrape.
-        text = await asyncio.to_thread(generate_latest, self.registry)
-        return Response(200, (("Content-Type", CONTENT_TYPE_LATEST),), text)
+    def refuse_unauthenticated(
+        self, request: Request, authenticate: Authenticator | None
+    ) -> Response | None:
+        """The auth error for ``request`` under ``authenticate`` (counted), None if allowed."""
+        if authenticate is None:
+            return None
+        try:
+            authenticate(request)
+        except SigV4Rejected as rejected:
+            self.metrics.reject("auth")
+            return error_response(rejected.code, rejected.message, rejected.status)
+        return None
 
     def _ping(self) -> Response:
         """200 once started and while every route has a healthy target, else 503."""

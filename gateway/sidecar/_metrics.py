@@ -24,7 +24,7 @@ from prometheus_client.core import (
 
 from gateway._metrics import DEFAULT_LABEL_CAP, LATENCY_BUCKETS_S, OTHER, Histogram, LabelCap
 
-__all__ = ["BUCKETS", "OTHER_ROUTE", "SidecarMetrics", "merge_expositions"]
+__all__ = ["BUCKETS", "OTHER_ROUTE", "SidecarMetrics", "cumulative_only", "merge_expositions"]
 
 BUCKETS = LATENCY_BUCKETS_S
 OTHER_ROUTE = OTHER
@@ -170,6 +170,25 @@ def merge_expositions(texts: Iterable[str], workers: Sequence[str] | None = None
     for (family_name, sample_name, label_pairs), value in values.items():
         families[family_name].add_sample(sample_name, dict(label_pairs), value)
     return _render(families.values())
+
+
+# What still means something once its process is gone: counts since start.
+_CUMULATIVE = ("counter", "histogram", "summary")
+
+
+def cumulative_only(text: str) -> str:
+    """``text`` with only its counters, histograms and summaries (no per-process family).
+
+    A dead worker's gauges (in flight, memory) are over; its counts are not.
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    kept = [
+        family
+        for family in text_string_to_metric_families(text)
+        if family.type in _CUMULATIVE and not family.name.startswith(_PER_PROCESS)
+    ]
+    return _render(kept).decode()
 
 
 class _Fixed:
