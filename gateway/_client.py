@@ -668,11 +668,14 @@ class Gateway:
     def enable_metrics(self, label_cap: int = DEFAULT_LABEL_CAP) -> GatewayMetrics:
         """Count calls from now on (a ``GatewayMetrics`` hook); returns the counters.
 
-        Idempotent: the first call decides ``label_cap`` (distinct route, target
-        and error-code label values kept before new ones fold into ``other``).
+        Idempotent: the first call decides ``label_cap`` (distinct error-code
+        label values kept before new ones fold into ``other``). Route and
+        target labels are the configured names; any other name counts as
+        ``unconfigured``.
         """
         if self._metrics is None:
-            self._metrics = GatewayMetrics(label_cap)
+            routes = {name: [t.key for t in r.targets] for name, r in self._router.routes.items()}
+            self._metrics = GatewayMetrics(label_cap, routes, cache=self._cache is not None)
             self.add_hook(self._metrics)
         return self._metrics
 

@@ -139,7 +139,13 @@ class SidecarApp:
         self.in_flight = 0
         self.started = False
         self.busy_poll = BusyPoll(config.busy_poll_us / 1e6) if config.busy_poll_us else None
-        self.metrics = SidecarMetrics(lambda: self.in_flight, config.metrics_label_cap)
+        operations = (_INVOKE, _STREAM, _ASYNC) + (("openrtb",) if rtb is not None else ())
+        self.metrics = SidecarMetrics(
+            lambda: self.in_flight,
+            config.metrics_label_cap,
+            _configured_routes(gateway),
+            operations,
+        )
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.metrics)
         if rtb is not None:
@@ -384,6 +390,12 @@ class SidecarApp:
             if unhealthy:
                 return Response(503, (_JSON,), orjson.dumps({"unhealthy_routes": unhealthy}))
         return Response(200, (_JSON,), b'{"status":"ok"}')
+
+
+def _configured_routes(gateway: Gateway) -> list[str] | None:
+    """The route names of the gateway's config (None for a Gateway without a router)."""
+    router = getattr(gateway, "router", None)
+    return list(router.routes) if router is not None else None
 
 
 def _invoke(
