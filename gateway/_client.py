@@ -18,7 +18,7 @@ import functools
 import math
 import ssl
 import time
-from collections.abc import AsyncGenerator, Awaitable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, cast
@@ -48,6 +48,9 @@ from gateway._config import GatewayConfig, PoolConfig
 from gateway._config_reader import read
 from gateway._credentials import CredentialSource
 from gateway._events import (
+    INVOKE_ENDPOINT,
+    INVOKE_ENDPOINT_ASYNC,
+    INVOKE_ENDPOINT_STREAM,
     CacheLookup,
     CallFinished,
     CallStarted,
@@ -269,7 +272,7 @@ class Gateway:
         if self._cache is not None:
             self._cache.observe_circuit(self._circuit_changed)
             await self._cache.start()
-        self._start_tracing()
+        self._start_tracing(region)
         checked = [r for r in self._router.routes.values() if r.config.health_check.enabled]
         if checked:
             self._health_task = asyncio.get_running_loop().create_task(
@@ -419,13 +422,13 @@ class Gateway:
         cached: bool,
     ) -> InvokeResult:
         """One call between CallStarted and CallFinished (only when a hook listens)."""
-        emit(new_event(CallStarted, (route, model)))
+        emit(new_event(CallStarted, (route, model, INVOKE_ENDPOINT)))
         started = time.monotonic()
         try:
             result = await call
         except BaseException as error:
             duration = time.monotonic() - started
-            emit(CallFinished(route, model, None, duration, 0, False, None, code_of(error)))
+            emit(_call_failed(route, model, None, duration, error, INVOKE_ENDPOINT))
             raise
         if cached:
             emit(CacheLookup(route, result.cache or "miss"))
@@ -441,6 +444,8 @@ class Gateway:
                     result.hedged,
                     result.cache,
                     None,
+                    INVOKE_ENDPOINT,
+                    result.request_id,
                 ),
             )
         )
@@ -529,33 +534,53 @@ class Gateway:
         timeout: float | None,
     ) -> OpenedStream:
         route, state, plan = self._pick_single(endpoint)
-        if timeout is None:
-            timeout = route.timeout_s or self._default_timeout
-        else:
-            _check_timeout(timeout)
-        deadline = time.monotonic() + timeout
-        values = {
-            "accept": accept,
-            "content_type": content_type,
-            "custom_attributes": custom_attributes,
-            "inference_component": inference_component,
-            "inference_id": inference_id,
-            "prefix_aware_id": prefix_aware_id,
-            "session_id": session_id,
-            "target_container_hostname": target_container_hostname,
-            "target_variant": target_variant or plan.variant,
-        }
-        before_host = before_host_headers(INVOKE_STREAM, values)
-        after_host = sagemaker_headers(INVOKE_STREAM, values)
-        path = f"/endpoints/{plan.endpoint}/invocations-response-stream"
-        check_payload(body)
-        prefix = SigV4Signer.request_prefix("POST", path)
-        request = request_for(plan.origin, path, prefix, plan.signer, before_host, after_host, body)
-        await self._ensure_credentials()
-        stream, finish = await self._invoker.open_stream(route, state, plan, request, deadline)
+        emit = self._emit
+        if emit is not None:
+            emit(CallStarted(route.name, None, INVOKE_ENDPOINT_STREAM))
+        started = time.monotonic()
+        try:
+            if timeout is None:
+                timeout = route.timeout_s or self._default_timeout
+            else:
+                _check_timeout(timeout)
+            deadline = time.monotonic() + timeout
+            values = {
+                "accept": accept,
+                "content_type": content_type,
+                "custom_attributes": custom_attributes,
+                "inference_component": inference_component,
+                "inference_id": inference_id,
+                "prefix_aware_id": prefix_aware_id,
+                "session_id": session_id,
+                "target_container_hostname": target_container_hostname,
+                "target_variant": target_variant or plan.variant,
+            }
+            before_host = before_host_headers(INVOKE_STREAM, values)
+            after_host = sagemaker_headers(INVOKE_STREAM, values)
+            path = f"/endpoints/{plan.endpoint}/invocations-response-stream"
+            check_payload(body)
+            prefix = SigV4Signer.request_prefix("POST", path)
+            request = request_for(
+                plan.origin, path, prefix, plan.signer, before_host, after_host, body
+            )
+            await self._ensure_credentials()
+            stream, finish = await self._invoker.open_stream(route, state, plan, request, deadline)
+        except BaseException as error:
+            if emit is not None:
+                duration = time.monotonic() - started
+                failed = _call_failed(
+                    route.name, None, plan.endpoint, duration, error, INVOKE_ENDPOINT_STREAM
+                )
+                emit(failed)
+            raise
         into.response_headers = stream.headers
         into.target = plan.endpoint
-        return stream, finish
+        if emit is None:
+            return stream, finish
+        request_id = stream.headers.get("x-amzn-requestid")
+        return stream, _finish_observed(
+            emit, finish, route.name, plan.endpoint, started, request_id
+        )
 
     async def invoke_async(
         self,
@@ -608,8 +633,38 @@ class Gateway:
             plan.origin, path, prefix, plan.signer, before_host, after_host, body or b""
         )
         await self._ensure_credentials()
-        response = await self._invoker.send_once(route, state, plan, request, deadline, (200, 202))
-        return async_invocation_from_response(response)
+        sent = self._invoker.send_once(route, state, plan, request, deadline, (200, 202))
+        emit = self._emit
+        if emit is None:
+            return async_invocation_from_response(await sent)
+        emit(CallStarted(route.name, None, INVOKE_ENDPOINT_ASYNC))
+        started = time.monotonic()
+        try:
+            answer = async_invocation_from_response(await sent)
+        except BaseException as error:
+            duration = time.monotonic() - started
+            emit(
+                _call_failed(
+                    route.name, None, plan.endpoint, duration, error, INVOKE_ENDPOINT_ASYNC
+                )
+            )
+            raise
+        duration = time.monotonic() - started
+        emit(
+            CallFinished(
+                route.name,
+                None,
+                plan.endpoint,
+                duration,
+                1,
+                False,
+                None,
+                None,
+                INVOKE_ENDPOINT_ASYNC,
+                answer.request_id,
+            )
+        )
+        return answer
 
     # -- operations ----------------------------------------------------------
 
@@ -653,13 +708,13 @@ class Gateway:
     def hooks(self) -> tuple[Hook, ...]:
         return self._instrumentation.hooks
 
-    def _start_tracing(self) -> None:
+    def _start_tracing(self, region: str | None) -> None:
         """Trace calls when OpenTelemetry is installed and a tracer provider is set."""
         if any(isinstance(hook, TracingHook) for hook in self.hooks):
             return
         tracer = gateway_tracer()
         if tracer is not None:
-            self.add_hook(TracingHook(tracer))
+            self.add_hook(TracingHook(tracer, region))
 
     def _set_emit(self, emit: Emit | None) -> None:
         self._emit = emit
@@ -764,6 +819,63 @@ class Gateway:
         credentials = self._credentials
         if credentials is not None and credentials.must_wait():
             await credentials.fresh()
+
+
+def _call_failed(
+    route: str,
+    model: str | None,
+    endpoint: str | None,
+    duration: float,
+    error: BaseException,
+    operation: str,
+) -> CallFinished:
+    request_id = getattr(error, "request_id", None)
+    return CallFinished(
+        route,
+        model,
+        endpoint,
+        duration,
+        0 if endpoint is None else 1,
+        False,
+        None,
+        code_of(error),
+        operation,
+        request_id if isinstance(request_id, str) else None,
+    )
+
+
+def _finish_observed(
+    emit: Emit,
+    finish: Callable[[BaseException | None], None],
+    route: str,
+    endpoint: str,
+    started: float,
+    request_id: str | None,
+) -> Callable[[BaseException | None], None]:
+    """A stream's ``finish`` that also ends its call (CallFinished) after the attempt."""
+
+    def finished(error: BaseException | None) -> None:
+        finish(error)
+        duration = time.monotonic() - started
+        if error is None:
+            emit(
+                CallFinished(
+                    route,
+                    None,
+                    endpoint,
+                    duration,
+                    1,
+                    False,
+                    None,
+                    None,
+                    INVOKE_ENDPOINT_STREAM,
+                    request_id,
+                )
+            )
+        else:
+            emit(_call_failed(route, None, endpoint, duration, error, INVOKE_ENDPOINT_STREAM))
+
+    return finished
 
 
 def _route_configs(config: GatewayConfig) -> list[RouteConfig]:

@@ -30,6 +30,7 @@ from gateway._events import (
     CANCELLED,
     FAILED,
     HEDGE,
+    INVOKE_ENDPOINT,
     LOST,
     PRIMARY,
     RETRY,
@@ -296,6 +297,8 @@ class GatewayMetrics:
             _bump(self.retries, metrics.route)
 
     def _call(self, event: CallFinished) -> None:
+        if event.operation != INVOKE_ENDPOINT:
+            return  # calls_total and its histogram count Gateway.invoke, as documented
         route = self.route_label(event.route)
         calls = self.calls
         calls[route] = calls.get(route, 0) + 1

@@ -412,7 +412,7 @@ async def test_one_trace_from_traceparent_through_attempts_and_a_hedge_to_the_bi
     assert {f"{s.context.trace_id:032x}" for s in hedged_trace} == {trace_id}
     (server,) = by_name["POST /openrtb2/auction"]
     assert f"{server.parent.span_id:016x}" == "00f067aa0ba902b7"  # continues the caller's
-    (invoke,) = by_name["sagemaker_gateway.invoke"]
+    (invoke,) = by_name["SageMaker Runtime.InvokeEndpoint"]
     assert invoke.parent.span_id == server.context.span_id
     assert invoke.attributes["gateway.route"] == "bid-filter"
     assert invoke.attributes["gateway.hedged"] is True
@@ -472,7 +472,7 @@ async def test_the_sidecar_command_traces_as_the_otel_variables_say(emulator: Em
     finally:
         process.stop()
     # The console exporter prints one JSON object per span, at shutdown's flush.
-    assert '"name": "sagemaker_gateway.invoke"' in printed
+    assert '"name": "SageMaker Runtime.InvokeEndpoint"' in printed
     assert '"name": "sagemaker_gateway.attempt"' in printed
     assert f'"trace_id": "0x{TRACE_ID}"' in printed
     assert '"service.name": "bid-sidecar-test"' in printed
