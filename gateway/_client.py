@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import functools
 import math
+import os
 import ssl
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping, Sequence
@@ -45,7 +46,8 @@ from gateway._aws.sigv4 import Credentials, SigV4Signer
 from gateway._cached import CachedCalls
 from gateway._call import Invoker, code_of, new_event
 from gateway._config import GatewayConfig, PoolConfig
-from gateway._config_reader import read
+from gateway._config_env import apply_environment, explain
+from gateway._config_reader import load_toml, read
 from gateway._credentials import CredentialSource
 from gateway._events import (
     INVOKE_ENDPOINT,
@@ -218,11 +220,22 @@ class Gateway:
         self._started = False
 
     @classmethod
-    def from_config(cls, source: str | Path | Mapping[str, Any]) -> Gateway:
-        """Build from a TOML file path or an already-parsed mapping."""
-        if isinstance(source, Mapping):
-            return cls(config=GatewayConfig.from_mapping(source))
-        return cls(config=GatewayConfig.from_toml(source))
+    def from_config(
+        cls, source: str | Path | Mapping[str, Any], environ: Mapping[str, str] | None = None
+    ) -> Gateway:
+        """Build from a TOML file path or an already-parsed mapping, as the sidecar reads it.
+
+        ``SAGEMAKER_GATEWAY__<SECTION>__<KEY>`` variables of ``environ``
+        (default ``os.environ``; ``{}`` for none) override the file, and
+        ``<key>_file`` keys (``secret_access_key_file``, ``redis_url_file``, ...)
+        read secrets from files.
+        """
+        mapping = dict(source) if isinstance(source, Mapping) else load_toml(source)
+        overlay = apply_environment(mapping, os.environ if environ is None else environ)
+        try:
+            return cls(config=GatewayConfig.from_mapping(overlay.mapping))
+        except errors.ConfigError as error:
+            raise explain(error, overlay.sources) from None
 
     @staticmethod
     def _make_transport(config: GatewayConfig) -> Transport:
