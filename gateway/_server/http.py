@@ -669,6 +669,9 @@ class _Connection:
         self._enqueue(reject)
 
     def _reject(self, transport: asyncio.Transport, reject: _Reject) -> None:
+        on_reject = self._server.on_reject
+        if on_reject is not None:
+            on_reject(reject.status, reject.message)
         transport.write(_simple_response(reject.status, reject.message, True))
         # Nothing to linger for when the client has already stopped sending.
         if reject.status != 413 or self._close_after or not transport.can_write_eof():
@@ -736,8 +739,9 @@ class _Connection:
         transport = self._transport
         if transport is None:
             return
+        server = self._server
         keep_alive = request.keep_alive and not (
-            self._server.closing or (self._close_after and not self._queue)
+            server.closing or server.draining or (self._close_after and not self._queue)
         )
         try:
             if isinstance(response, StreamingResponse):
@@ -899,6 +903,12 @@ class Server:
         self.limits = limits
         self.loop = asyncio.get_running_loop()
         self.closing = False
+        # Set while the owner drains: every answer says "Connection: close", so
+        # clients reconnect (elsewhere) instead of reusing this connection.
+        self.draining = False
+        # Told (status, reason) of each request refused by the parser or the
+        # limits (400, 408, 413, 431, ...), before its answer is written.
+        self.on_reject: Callable[[int, str], None] | None = None
         self.server_line = f"server: {limits.server_header}\r\n" if limits.server_header else ""
         self._connections: set[_Connection] = set()
         self._aio_server: asyncio.Server | None = None

@@ -38,7 +38,16 @@ __all__ = ["BUCKETS", "OTHER_ROUTE", "SidecarMetrics", "cumulative_only", "merge
 BUCKETS = LATENCY_BUCKETS_S
 OTHER_ROUTE = OTHER
 # Why a request was refused before reaching the gateway (exported at zero).
-REJECT_REASONS = ("in_flight_cap", "auth", "unknown_operation", "bad_request")
+REJECT_REASONS = (
+    "in_flight_cap",
+    "auth",
+    "unknown_operation",
+    # Refused by the HTTP server before the sidecar saw a request.
+    "bad_request",
+    "request_timeout",
+    "too_large",
+    "headers_too_large",
+)
 # Each operation's success status, the one series of it exported at zero per route.
 _SUCCESS = {"invoke": 200, "stream": 200, "async": 202, "openrtb": 200}
 

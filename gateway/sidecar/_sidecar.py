@@ -61,6 +61,8 @@ _READY_PREFIX = "sidecar listening on "
 # Answered by the Sidecar itself; /ping and the rest go to the app.
 _OWN_PATHS = frozenset({"/livez", "/readyz", "/metrics"})
 _JSON = ("Content-Type", "application/json")
+# sagemaker_gateway_sidecar_rejected_total{reason} of a request the server refused.
+_SERVER_REFUSALS = {408: "request_timeout", 413: "too_large", 431: "headers_too_large"}
 
 
 class Sidecar:
@@ -107,8 +109,8 @@ class Sidecar:
         self.app = SidecarApp(self.gateway, config, authenticate, self.rtb)
         self._server: Server | None = None
         self._admin: Server | None = None
-        # Set by the command on SIGTERM: /readyz answers 503, serving goes on.
-        self.draining = False
+        # Set by the command on SIGTERM (see the property).
+        self._draining = False
         # Workers of one supervisor share the port (SO_REUSEPORT).
         self._reuse_port = reuse_port
         # /metrics that covers every worker (set by a worker process), else the app's own.
@@ -124,6 +126,18 @@ class Sidecar:
     @property
     def host(self) -> str:
         return self._host
+
+    @property
+    def draining(self) -> bool:
+        """Set on SIGTERM: /readyz answers 503, serving goes on, every answer
+        says ``Connection: close`` (clients move to another instance)."""
+        return self._draining
+
+    @draining.setter
+    def draining(self, value: bool) -> None:
+        self._draining = value
+        if self._server is not None:
+            self._server.draining = value
 
     @property
     def url(self) -> str:
@@ -155,6 +169,8 @@ class Sidecar:
             if self.rtb is not None:
                 await self.rtb.start()
             self._server = await self._listen(self._host, self._requested_port, self.handle)
+            self._server.draining = self._draining
+            self._server.on_reject = self._refused_by_server
             admin = self.config.admin_address(self._host, self._requested_port)
             if admin is not None:
                 self._admin = await self._listen(*admin, self.handle_admin)
@@ -233,6 +249,15 @@ class Sidecar:
             return await self.metrics_exposition()
         # Rendered off the event loop: calls keep flowing during a scrape.
         return await asyncio.to_thread(generate_latest, self.app.registry)
+
+    def _refused_by_server(self, status: int, reason: str) -> None:
+        """A request the HTTP server refused (malformed, too large, too slow): counted, logged."""
+        refusal = _SERVER_REFUSALS.get(status, "bad_request")
+        self.app.metrics.reject(refusal)
+        access_log = self.app.access_log
+        if access_log is not None and access_log.sampled():
+            # Method and path are unknown or untrusted: the request never parsed.
+            access_log.write("-", "-", None, status, refusal, 0.0, 0, None, None)
 
     def not_ready_reasons(self) -> list[str]:
         """Why ``/readyz`` answers 503 (empty: ready)."""

@@ -62,7 +62,8 @@ async def test_metrics_parse_and_count(
     rejected = {
         s.labels["reason"]: s.value for s in families["sagemaker_gateway_sidecar_rejected"].samples
     }
-    assert rejected == {"unknown_operation": 1, "in_flight_cap": 0, "auth": 0, "bad_request": 0}
+    assert {reason: n for reason, n in rejected.items() if n} == {"unknown_operation": 1}
+    assert rejected["in_flight_cap"] == 0  # there from the start
     latency = families["sagemaker_gateway_sidecar_request_duration_seconds"]
     count = next(
         s
