@@ -98,6 +98,8 @@ class CallSpec:
     attempts: int = 0
     hedged: bool = False
     payload_hash: str = ""
+    # The caller's user agent with ours appended (the sidecar's), else None.
+    user_agent: str | None = None
 
 
 def _prepared(
@@ -242,7 +244,7 @@ class Invoker:
 
     def _request(self, call: CallSpec, plan: TargetPlan) -> PreparedRequest:
         call.attempts += 1
-        return _prepared(
+        request = _prepared(
             plan,
             call.before_host,
             call.after_host,
@@ -250,6 +252,8 @@ class Invoker:
             call.body,
             call.payload_hash,
         )
+        request.caller_agent = call.user_agent
+        return request
 
     async def _attempt(self, call: CallSpec, state: TargetState) -> InvokeResult:
         plan = self.plan(call.route, state)
@@ -294,6 +298,7 @@ class Invoker:
         variant_pinned: bool,
         body: bytes,
         deadline: float,
+        user_agent: str | None = None,
     ) -> InvokeResult:
         """One call (see :class:`CallSpec` for the arguments).
 
@@ -313,11 +318,14 @@ class Invoker:
                 call = CallSpec(
                     route, model, before_host, after_host, variant_pinned, body, deadline
                 )
+                call.user_agent = user_agent
                 return await self._invoke_hedged(call, state, delay)
         # Planned before the attempt starts: a bad endpoint name fails here, unrecorded.
         plan = self._plans.get(state) or self.plan(route, state)
         started = route.start(state)
         request = _prepared(plan, before_host, after_host, variant_pinned, body, "")
+        if user_agent is not None:
+            request.caller_agent = user_agent
         try:
             response = await self._transport.request(request, deadline)
             if response.status == 200:
@@ -327,6 +335,7 @@ class Invoker:
         except BaseException as error:  # recorded below, then retried or re-raised
             failure = error
         call = CallSpec(route, model, before_host, after_host, variant_pinned, body, deadline)
+        call.user_agent = user_agent
         call.attempts = 1
         call.payload_hash = request.payload_hash  # hashed once, whatever the attempts
         self._finish(call, state, started, failure, PRIMARY)

@@ -37,6 +37,7 @@ from gateway._api import (
     async_invocation_from_response,
     before_host_headers,
     check_endpoint_name,
+    check_header_value,
     check_payload,
     invoke_type_headers,
     request_for,
@@ -89,6 +90,8 @@ __all__ = ["Gateway", "InvokeStream"]
 # Generous upper bound for a call with no timeout: SageMaker's own 60 s
 # container limit plus transfer time.
 _NO_TIMEOUT_S = 70.0
+# A caller's user agent is cut to this many characters before ours is appended.
+_MAX_CALLER_AGENT = 512
 
 
 class InvokeStream:
@@ -327,6 +330,7 @@ class Gateway:
         timeout: float | None = None,
         cache: bool | None = None,
         cache_ttl: float | None = None,
+        user_agent: str | None = None,
     ) -> InvokeResult:
         """InvokeEndpoint through the route named ``endpoint``.
 
@@ -334,7 +338,8 @@ class Gateway:
         hedges, backoffs and retries all spend from it. ``cache=False`` skips
         the prediction cache for this call; ``cache_ttl`` overrides its TTL.
         Both default to the route's ``cache``/``cache_ttl_s``, then the
-        ``[cache]`` table's.
+        ``[cache]`` table's. ``user_agent``: the caller's own (a proxy's
+        client's), sent first with the gateway's appended.
         Raises a :class:`gateway.errors.GatewayError` subclass on failure.
         """
         if not self._started:
@@ -345,6 +350,7 @@ class Gateway:
         else:
             _check_timeout(timeout)
         check_payload(body)
+        agent = None if user_agent is None else self._caller_agent(user_agent)
         before_host = invoke_type_headers(content_type, accept)
         # A session is stateful on the far side: never answer it from a cache.
         key: str | None = None
@@ -406,7 +412,7 @@ class Gateway:
         emit = self._emit
         if key is None or cached is None:
             call = self._invoker.invoke(
-                route, target_model, before_host, after_host, pinned, body, deadline
+                route, target_model, before_host, after_host, pinned, body, deadline, agent
             )
             if emit is None:
                 return await call
@@ -420,6 +426,7 @@ class Gateway:
             pinned,
             body,
             deadline,
+            agent,
         )
         loaded = cached.get_or_load(load, key, cache_ttl or route.config.cache_ttl_s)
         if emit is None:
@@ -498,6 +505,7 @@ class Gateway:
         session_id: str | None = None,
         prefix_aware_id: str | None = None,
         timeout: float | None = None,
+        user_agent: str | None = None,
     ) -> InvokeStream:
         """InvokeEndpointWithResponseStream: ``async for part in gw.invoke_stream(...)``.
 
@@ -525,6 +533,7 @@ class Gateway:
                 session_id=session_id,
                 prefix_aware_id=prefix_aware_id,
                 timeout=timeout,
+                user_agent=user_agent,
             )
         )
         return stream
@@ -545,6 +554,7 @@ class Gateway:
         session_id: str | None,
         prefix_aware_id: str | None,
         timeout: float | None,
+        user_agent: str | None,
     ) -> OpenedStream:
         route, state, plan = self._pick_single(endpoint)
         emit = self._emit
@@ -576,6 +586,8 @@ class Gateway:
             request = request_for(
                 plan.origin, path, prefix, plan.signer, before_host, after_host, body
             )
+            if user_agent is not None:
+                request.caller_agent = self._caller_agent(user_agent)
             await self._ensure_credentials()
             stream, finish = await self._invoker.open_stream(route, state, plan, request, deadline)
         except BaseException as error:
@@ -610,6 +622,7 @@ class Gateway:
         filename: str | None = None,
         s3_output_path_extension: str | None = None,
         timeout: float | None = None,
+        user_agent: str | None = None,
     ) -> AsyncInvocation:
         """InvokeEndpointAsync: queue a request, its input in S3 (``input_location``) or inline.
 
@@ -645,6 +658,8 @@ class Gateway:
         request = request_for(
             plan.origin, path, prefix, plan.signer, before_host, after_host, body or b""
         )
+        if user_agent is not None:
+            request.caller_agent = self._caller_agent(user_agent)
         await self._ensure_credentials()
         sent = self._invoker.send_once(route, state, plan, request, deadline, (200, 202))
         emit = self._emit
@@ -827,6 +842,12 @@ class Gateway:
             # Only a bad name gets here (a default route for it failed to build).
             check_endpoint_name(endpoint)
             raise
+
+    def _caller_agent(self, caller: str) -> str | None:
+        """``caller``'s user agent (its first 512 characters) with the gateway's appended."""
+        own: str = self._targets.user_agent
+        caller = check_header_value("user-agent", caller[:_MAX_CALLER_AGENT])
+        return f"{caller} {own}" if caller else None
 
     async def _ensure_credentials(self) -> None:
         credentials = self._credentials

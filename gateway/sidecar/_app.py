@@ -49,8 +49,16 @@ TIMEOUT_HEADER: Final = "x-gateway-timeout-ms"
 
 
 def _argument_table(operation: Operation, **extra: str) -> dict[str, str]:
-    """Request header (lower-case) -> Gateway keyword, from the SageMaker vocabulary."""
-    return {**{m.header: m.keyword for m in operation.headers}, TIMEOUT_HEADER: "timeout", **extra}
+    """Request header (lower-case) -> Gateway keyword, from the SageMaker vocabulary.
+
+    The caller's ``User-Agent`` goes upstream first, the gateway's appended.
+    """
+    return {
+        **{m.header: m.keyword for m in operation.headers},
+        TIMEOUT_HEADER: "timeout",
+        "user-agent": "user_agent",
+        **extra,
+    }
 
 
 # "Cache-Control: no-cache" (or no-store) skips the prediction cache.
@@ -423,6 +431,7 @@ def _invoke(
         prefix_aware_id=get("prefix_aware_id"),
         timeout=get("timeout"),
         cache=get("cache"),
+        user_agent=get("user_agent"),
     )
 
 
