@@ -92,6 +92,7 @@ __all__ = ["Gateway", "InvokeStream"]
 _NO_TIMEOUT_S = 70.0
 # A caller's user agent is cut to this many characters before ours is appended.
 _MAX_CALLER_AGENT = 512
+_MAX_REMEMBERED_AGENTS = 64
 
 
 class InvokeStream:
@@ -219,6 +220,8 @@ class Gateway:
         for hook in hooks:
             self.add_hook(hook)
         self._credentials: CredentialSource | None = None
+        # Caller's user agent -> the one sent (see _caller_agent).
+        self._agents: dict[str, str | None] = {}
         self._health_task: asyncio.Task[None] | None = None
         self._started = False
 
@@ -844,10 +847,20 @@ class Gateway:
             raise
 
     def _caller_agent(self, caller: str) -> str | None:
-        """``caller``'s user agent (its first 512 characters) with the gateway's appended."""
+        """``caller``'s user agent (its first 512 characters) with the gateway's appended.
+
+        Remembered: a proxy's callers send a handful of agents, each on
+        every call, and checking one costs microseconds.
+        """
+        agents = self._agents
+        if caller in agents:
+            return agents[caller]
         own: str = self._targets.user_agent
-        caller = check_header_value("user-agent", caller[:_MAX_CALLER_AGENT])
-        return f"{caller} {own}" if caller else None
+        checked = check_header_value("user-agent", caller[:_MAX_CALLER_AGENT])
+        if len(agents) >= _MAX_REMEMBERED_AGENTS:
+            agents.clear()
+        agent = agents[caller] = f"{checked} {own}" if checked else None
+        return agent
 
     async def _ensure_credentials(self) -> None:
         credentials = self._credentials
