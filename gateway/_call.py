@@ -102,6 +102,8 @@ class CallSpec:
     attempts: int = 0
     hedged: bool = False
     payload_hash: str = ""
+    # The caller's user agent with ours appended (the sidecar's), else None.
+    user_agent: str | None = None
 
 
 _TARGET_VARIANT: Final = "x-amzn-sagemaker-target-variant"
@@ -271,7 +273,7 @@ class Invoker:
 
     def _request(self, call: CallSpec, plan: TargetPlan) -> PreparedRequest:
         call.attempts += 1
-        return prepared(
+        request = prepared(
             plan,
             call.operation,
             call.before_host,
@@ -280,6 +282,8 @@ class Invoker:
             call.body,
             call.payload_hash,
         )
+        request.caller_agent = call.user_agent
+        return request
 
     async def _attempt(self, call: CallSpec, state: TargetState) -> InvokeResult:
         plan = self.plan(call.route, state)
@@ -325,6 +329,7 @@ class Invoker:
         variant_pinned: bool,
         body: bytes,
         deadline: float,
+        user_agent: str | None = None,
     ) -> InvokeResult:
         """One call (see :class:`CallSpec` for the arguments).
 
@@ -344,11 +349,14 @@ class Invoker:
                 call = CallSpec(
                     route, operation, model, before_host, after_host, variant_pinned, body, deadline
                 )
+                call.user_agent = user_agent
                 return await self._invoke_hedged(call, state, delay)
         # Planned before the attempt starts: a bad endpoint name fails here, unrecorded.
         plan = self._plans.get(state) or self.plan(route, state)
         started = route.start(state)
         request = prepared(plan, operation, before_host, after_host, variant_pinned, body)
+        if user_agent is not None:
+            request.caller_agent = user_agent
         try:
             response = await self._transport.request(request, deadline)
             if response.status == 200:
@@ -360,6 +368,7 @@ class Invoker:
         call = CallSpec(
             route, operation, model, before_host, after_host, variant_pinned, body, deadline
         )
+        call.user_agent = user_agent
         call.attempts = 1
         call.payload_hash = request.payload_hash  # hashed once, whatever the attempts
         self._finish(call, state, started, failure, PRIMARY)

@@ -15,8 +15,9 @@ import asyncio
 import contextlib
 import functools
 import math
+import os
 import time
-from collections.abc import Awaitable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self
@@ -34,6 +35,7 @@ from gateway._api import (
     async_invocation_from_response,
     before_host_headers,
     check_endpoint_name,
+    check_header_value,
     payload_bytes,
     sagemaker_headers,
 )
@@ -41,8 +43,13 @@ from gateway._aws.sigv4 import Credentials
 from gateway._cached import CachedCalls, KeyLayout
 from gateway._call import Invoker, code_of, new_event, prepared
 from gateway._config import GatewayConfig, PoolConfig
+from gateway._config_env import apply_environment, explain
+from gateway._config_reader import load_toml
 from gateway._credentials import CredentialSource
 from gateway._events import (
+    INVOKE_ENDPOINT,
+    INVOKE_ENDPOINT_ASYNC,
+    INVOKE_ENDPOINT_STREAM,
     CacheLookup,
     CallFinished,
     CallStarted,
@@ -93,6 +100,9 @@ _SESSION: Final = INVOKE.index("SessionId")
 _VARIANT: Final = INVOKE.index("TargetVariant")
 _STREAM_VARIANT: Final = INVOKE_STREAM.index("TargetVariant")
 _INVOKE_KEY: Final = KeyLayout(INVOKE)
+# A caller's user agent is cut to this many characters before ours is appended.
+_MAX_CALLER_AGENT = 512
+_MAX_REMEMBERED_AGENTS = 64
 
 
 # Users (and tests) subclass Gateway; mypyc compiles this module, and a
@@ -173,15 +183,28 @@ class Gateway:
         for hook in hooks:
             self.add_hook(hook)
         self._credentials: CredentialSource | None = None
+        # Caller's user agent -> the one sent (see _caller_agent).
+        self._agents: dict[str, str | None] = {}
         self._health_task: asyncio.Task[None] | None = None
         self._started = False
 
     @classmethod
-    def from_config(cls, source: str | Path | Mapping[str, Any]) -> Gateway:
-        """Build from a TOML file path or an already-parsed mapping."""
-        if isinstance(source, Mapping):
-            return cls(config=GatewayConfig.from_mapping(source))
-        return cls(config=GatewayConfig.from_toml(source))
+    def from_config(
+        cls, source: str | Path | Mapping[str, Any], environ: Mapping[str, str] | None = None
+    ) -> Gateway:
+        """Build from a TOML file path or an already-parsed mapping, as the sidecar reads it.
+
+        ``SAGEMAKER_GATEWAY__<SECTION>__<KEY>`` variables of ``environ``
+        (default ``os.environ``; ``{}`` for none) override the file, and
+        ``<key>_file`` keys (``secret_access_key_file``, ``redis_url_file``, ...)
+        read secrets from files.
+        """
+        mapping = dict(source) if isinstance(source, Mapping) else load_toml(source)
+        overlay = apply_environment(mapping, os.environ if environ is None else environ)
+        try:
+            return cls(config=GatewayConfig.from_mapping(overlay.mapping))
+        except errors.ConfigError as error:
+            raise explain(error, overlay.sources) from None
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -220,7 +243,7 @@ class Gateway:
         if self._cache is not None:
             self._cache.observe_circuit(self._circuit_changed)
             await self._cache.start()
-        self._start_tracing()
+        self._start_tracing(region)
         checked = [r for r in self._router.routes.values() if r.config.health_check.enabled]
         if checked:
             self._health_task = asyncio.get_running_loop().create_task(
@@ -262,6 +285,7 @@ class Gateway:
         timeout: float | None = None,
         cache: bool | None = None,
         cache_ttl: float | None = None,
+        user_agent: str | None = None,
     ) -> Coroutine[Any, Any, InvokeResult]:
         """InvokeEndpoint through the route named ``endpoint`` (await the result).
 
@@ -269,7 +293,8 @@ class Gateway:
         hedges, backoffs and retries all spend from it. ``cache=False`` skips
         the prediction cache for this call; ``cache_ttl`` overrides its TTL.
         Both default to the route's ``cache``/``cache_ttl_s``, then the
-        ``[cache]`` table's.
+        ``[cache]`` table's. ``user_agent``: the caller's own (a proxy's
+        client's), sent first with the gateway's appended.
         Raises a :class:`gateway.errors.GatewayError` subclass on failure.
         """
         # The members in InvokeEndpoint's signing order (_api.INVOKE.headers).
@@ -286,7 +311,7 @@ class Gateway:
             target_model,
             target_variant,
         )
-        return self.invoke_members(endpoint, body, members, timeout, cache, cache_ttl)
+        return self.invoke_members(endpoint, body, members, timeout, cache, cache_ttl, user_agent)
 
     async def invoke_members(
         self,
@@ -296,6 +321,7 @@ class Gateway:
         timeout: float | None = None,
         cache: bool | None = None,
         cache_ttl: float | None = None,
+        user_agent: str | None = None,
     ) -> InvokeResult:
         """InvokeEndpoint with its header members as one tuple, in ``_api.INVOKE.headers`` order.
 
@@ -314,6 +340,7 @@ class Gateway:
         before_host = before_host_headers(INVOKE, members)
         model = members[_MODEL]
         target_model = None if model is None else str(model)
+        agent = None if user_agent is None else self._caller_agent(user_agent)
         # A session is stateful on the far side: never answer it from a cache.
         key: str | None = None
         cached = self._cached
@@ -339,7 +366,15 @@ class Gateway:
         emit = self._emit
         if key is None or cached is None:
             call = self._invoker.invoke(
-                route, INVOKE, target_model, before_host, after_host, pinned, payload, deadline
+                route,
+                INVOKE,
+                target_model,
+                before_host,
+                after_host,
+                pinned,
+                payload,
+                deadline,
+                agent,
             )
             if emit is None:
                 return await call
@@ -354,6 +389,7 @@ class Gateway:
             pinned,
             payload,
             deadline,
+            agent,
         )
         loaded = cached.get_or_load(load, key, cache_ttl or route.config.cache_ttl_s, deadline)
         if emit is None:
@@ -369,13 +405,13 @@ class Gateway:
         cached: bool,
     ) -> InvokeResult:
         """One call between CallStarted and CallFinished (only when a hook listens)."""
-        emit(new_event(CallStarted, (route, model)))
+        emit(new_event(CallStarted, (route, model, INVOKE_ENDPOINT)))
         started = time.monotonic()
         try:
             result = await call
         except BaseException as error:
             duration = time.monotonic() - started
-            emit(CallFinished(route, model, None, duration, 0, False, None, code_of(error)))
+            emit(_call_failed(route, model, None, duration, error, INVOKE_ENDPOINT))
             raise
         if cached:
             emit(CacheLookup(route, result.cache or "miss"))
@@ -391,6 +427,8 @@ class Gateway:
                     result.hedged,
                     result.cache,
                     None,
+                    INVOKE_ENDPOINT,
+                    result.request_id,
                 ),
             )
         )
@@ -430,6 +468,7 @@ class Gateway:
         session_id: str | None = None,
         prefix_aware_id: str | None = None,
         timeout: float | None = None,
+        user_agent: str | None = None,
     ) -> InvokeStream:
         """InvokeEndpointWithResponseStream: ``async for part in gw.invoke_stream(...)``.
 
@@ -452,15 +491,22 @@ class Gateway:
             target_container_hostname,
             target_variant,
         )
-        return self.invoke_stream_members(endpoint, body, members, timeout)
+        return self.invoke_stream_members(endpoint, body, members, timeout, user_agent)
 
     def invoke_stream_members(
-        self, endpoint: str, body: Buffer, members: tuple[object, ...], timeout: float | None = None
+        self,
+        endpoint: str,
+        body: Buffer,
+        members: tuple[object, ...],
+        timeout: float | None = None,
+        user_agent: str | None = None,
     ) -> InvokeStream:
         """``invoke_stream`` with the members as a tuple (``_api.INVOKE_STREAM.headers`` order)."""
         stream = InvokeStream()
         stream._parts = payload_parts(
-            functools.partial(self._open_stream, stream, endpoint, body, members, timeout)
+            functools.partial(
+                self._open_stream, stream, endpoint, body, members, timeout, user_agent
+            )
         )
         return stream
 
@@ -471,27 +517,48 @@ class Gateway:
         body: Buffer,
         members: tuple[object, ...],
         timeout: float | None,
+        user_agent: str | None,
     ) -> OpenedStream:
         route, state, plan = self._pick_single(endpoint)
-        if timeout is None:
-            timeout = route.timeout_s or self._default_timeout
-        else:
-            _check_timeout(timeout)
-        deadline = time.monotonic() + timeout
-        payload = payload_bytes(body)
-        request = prepared(
-            plan,
-            INVOKE_STREAM,
-            before_host_headers(INVOKE_STREAM, members),
-            sagemaker_headers(INVOKE_STREAM, members),
-            members[_STREAM_VARIANT] is not None,
-            payload,
-        )
-        await self._ensure_credentials(deadline)
-        stream, finish = await self._invoker.open_stream(route, state, plan, request, deadline)
+        emit = self._emit
+        if emit is not None:
+            emit(CallStarted(route.name, None, INVOKE_ENDPOINT_STREAM))
+        started = time.monotonic()
+        try:
+            if timeout is None:
+                timeout = route.timeout_s or self._default_timeout
+            else:
+                _check_timeout(timeout)
+            deadline = time.monotonic() + timeout
+            payload = payload_bytes(body)
+            request = prepared(
+                plan,
+                INVOKE_STREAM,
+                before_host_headers(INVOKE_STREAM, members),
+                sagemaker_headers(INVOKE_STREAM, members),
+                members[_STREAM_VARIANT] is not None,
+                payload,
+            )
+            if user_agent is not None:
+                request.caller_agent = self._caller_agent(user_agent)
+            await self._ensure_credentials(deadline)
+            stream, finish = await self._invoker.open_stream(route, state, plan, request, deadline)
+        except BaseException as error:
+            if emit is not None:
+                duration = time.monotonic() - started
+                failed = _call_failed(
+                    route.name, None, plan.endpoint, duration, error, INVOKE_ENDPOINT_STREAM
+                )
+                emit(failed)
+            raise
         into.response_headers = stream.headers
         into.target = plan.endpoint
-        return stream, finish
+        if emit is None:
+            return stream, finish
+        request_id = stream.headers.get("x-amzn-requestid")
+        return stream, _finish_observed(
+            emit, finish, route.name, plan.endpoint, started, request_id
+        )
 
     async def invoke_async(
         self,
@@ -508,6 +575,7 @@ class Gateway:
         filename: str | None = None,
         s3_output_path_extension: str | None = None,
         timeout: float | None = None,
+        user_agent: str | None = None,
     ) -> AsyncInvocation:
         """InvokeEndpointAsync: queue a request, its input in S3 (``input_location``) or inline.
 
@@ -526,7 +594,7 @@ class Gateway:
             request_ttl_seconds,
             s3_output_path_extension,
         )
-        return await self.invoke_async_members(endpoint, body, members, timeout)
+        return await self.invoke_async_members(endpoint, body, members, timeout, user_agent)
 
     async def invoke_async_members(
         self,
@@ -534,6 +602,7 @@ class Gateway:
         body: Buffer | None,
         members: tuple[object, ...],
         timeout: float | None = None,
+        user_agent: str | None = None,
     ) -> AsyncInvocation:
         """``invoke_async`` with the members as one tuple (``_api.INVOKE_ASYNC.headers`` order)."""
         payload = (
@@ -555,9 +624,41 @@ class Gateway:
             True,
             payload,
         )
+        if user_agent is not None:
+            request.caller_agent = self._caller_agent(user_agent)
         await self._ensure_credentials(deadline)
-        response = await self._invoker.send_once(route, state, plan, request, deadline, (200, 202))
-        return async_invocation_from_response(response)
+        sent = self._invoker.send_once(route, state, plan, request, deadline, (200, 202))
+        emit = self._emit
+        if emit is None:
+            return async_invocation_from_response(await sent)
+        emit(CallStarted(route.name, None, INVOKE_ENDPOINT_ASYNC))
+        started = time.monotonic()
+        try:
+            answer = async_invocation_from_response(await sent)
+        except BaseException as error:
+            duration = time.monotonic() - started
+            emit(
+                _call_failed(
+                    route.name, None, plan.endpoint, duration, error, INVOKE_ENDPOINT_ASYNC
+                )
+            )
+            raise
+        duration = time.monotonic() - started
+        emit(
+            CallFinished(
+                route.name,
+                None,
+                plan.endpoint,
+                duration,
+                1,
+                False,
+                None,
+                None,
+                INVOKE_ENDPOINT_ASYNC,
+                answer.request_id,
+            )
+        )
+        return answer
 
     # -- operations ----------------------------------------------------------
 
@@ -607,13 +708,13 @@ class Gateway:
     def hooks(self) -> tuple[Hook, ...]:
         return self._instrumentation.hooks
 
-    def _start_tracing(self) -> None:
+    def _start_tracing(self, region: str | None) -> None:
         """Trace calls when OpenTelemetry is installed and a tracer provider is set."""
         if any(isinstance(hook, TracingHook) for hook in self.hooks):
             return
         tracer = gateway_tracer()
         if tracer is not None:
-            self.add_hook(TracingHook(tracer))
+            self.add_hook(TracingHook(tracer, region))
 
     def _set_emit(self, emit: Emit | None) -> None:
         self._emit = emit
@@ -622,11 +723,14 @@ class Gateway:
     def enable_metrics(self, label_cap: int = DEFAULT_LABEL_CAP) -> GatewayMetrics:
         """Count calls from now on (a ``GatewayMetrics`` hook); returns the counters.
 
-        Idempotent: the first call decides ``label_cap`` (distinct route, target
-        and error-code label values kept before new ones fold into ``other``).
+        Idempotent: the first call decides ``label_cap`` (distinct error-code
+        label values kept before new ones fold into ``other``). Route and
+        target labels are the configured names; any other name counts as
+        ``unconfigured``.
         """
         if self._metrics is None:
-            self._metrics = GatewayMetrics(label_cap)
+            routes = {name: [t.key for t in r.targets] for name, r in self._router.routes.items()}
+            self._metrics = GatewayMetrics(label_cap, routes, cache=self._cache is not None)
             self.add_hook(self._metrics)
         return self._metrics
 
@@ -682,6 +786,22 @@ class Gateway:
             check_endpoint_name(endpoint)
             raise
 
+    def _caller_agent(self, caller: str) -> str | None:
+        """``caller``'s user agent (its first 512 characters) with the gateway's appended.
+
+        Remembered: a proxy's callers send a handful of agents, each on
+        every call, and checking one costs microseconds.
+        """
+        agents = self._agents
+        if caller in agents:
+            return agents[caller]
+        own: str = self._targets.user_agent
+        checked = check_header_value("user-agent", caller[:_MAX_CALLER_AGENT])
+        if len(agents) >= _MAX_REMEMBERED_AGENTS:
+            agents.clear()
+        agent = agents[caller] = f"{checked} {own}" if checked else None
+        return agent
+
     async def _ensure_credentials(self, deadline: float) -> None:
         credentials = self._credentials
         if credentials is not None and credentials.must_wait():
@@ -692,6 +812,63 @@ def _target_up(target: TargetState, config: RouteConfig) -> bool:
     if target.state is TargetHealth.EJECTED:
         return False
     return target.consecutive_failures < config.ejection.consecutive_failures
+
+
+def _call_failed(
+    route: str,
+    model: str | None,
+    endpoint: str | None,
+    duration: float,
+    error: BaseException,
+    operation: str,
+) -> CallFinished:
+    request_id = getattr(error, "request_id", None)
+    return CallFinished(
+        route,
+        model,
+        endpoint,
+        duration,
+        0 if endpoint is None else 1,
+        False,
+        None,
+        code_of(error),
+        operation,
+        request_id if isinstance(request_id, str) else None,
+    )
+
+
+def _finish_observed(
+    emit: Emit,
+    finish: Callable[[BaseException | None], None],
+    route: str,
+    endpoint: str,
+    started: float,
+    request_id: str | None,
+) -> Callable[[BaseException | None], None]:
+    """A stream's ``finish`` that also ends its call (CallFinished) after the attempt."""
+
+    def finished(error: BaseException | None) -> None:
+        finish(error)
+        duration = time.monotonic() - started
+        if error is None:
+            emit(
+                CallFinished(
+                    route,
+                    None,
+                    endpoint,
+                    duration,
+                    1,
+                    False,
+                    None,
+                    None,
+                    INVOKE_ENDPOINT_STREAM,
+                    request_id,
+                )
+            )
+        else:
+            emit(_call_failed(route, None, endpoint, duration, error, INVOKE_ENDPOINT_STREAM))
+
+    return finished
 
 
 def _check_timeout(timeout: float) -> None:

@@ -34,6 +34,9 @@ __all__ = [
     "CANCELLED",
     "FAILED",
     "HEDGE",
+    "INVOKE_ENDPOINT",
+    "INVOKE_ENDPOINT_ASYNC",
+    "INVOKE_ENDPOINT_STREAM",
     "LOST",
     "PRIMARY",
     "RETRY",
@@ -73,19 +76,29 @@ CANCELLED: Final = "cancelled"
 FAILED: Final = "failed"
 
 
+# The SageMaker Runtime operation a call made (its API name).
+INVOKE_ENDPOINT: Final = "InvokeEndpoint"
+INVOKE_ENDPOINT_STREAM: Final = "InvokeEndpointWithResponseStream"
+INVOKE_ENDPOINT_ASYNC: Final = "InvokeEndpointAsync"
+
+
 class CallStarted(NamedTuple):
-    """``Gateway.invoke`` began (emitted before the cache or any attempt)."""
+    """A call began: ``Gateway.invoke`` (before the cache or any attempt),
+    ``invoke_stream`` (at its first iteration) or ``invoke_async``.
+    ``operation`` is the SageMaker Runtime operation's name."""
 
     route: str
     model: str | None
+    operation: str = INVOKE_ENDPOINT
 
 
 class CallFinished(NamedTuple):
-    """``Gateway.invoke`` returned or raised.
+    """The call of the last ``CallStarted`` returned or raised (a stream: ended).
 
     ``cache_source`` is where a cached answer came from (``near``, ``redis``,
     ``stale``, ``coalesced``), None when a target answered or there was no
-    cache. ``error_code`` is None on success.
+    cache. ``error_code`` is None on success. ``request_id`` is SageMaker's
+    ``x-amzn-RequestId`` when an answer carried one.
     """
 
     route: str
@@ -96,6 +109,8 @@ class CallFinished(NamedTuple):
     hedged: bool
     cache_source: str | None
     error_code: str | None
+    operation: str = INVOKE_ENDPOINT
+    request_id: str | None = None
 
 
 class AttemptFinished(NamedTuple):

@@ -6,11 +6,14 @@
 ``GatewayMetrics`` is an event hook (see ``gateway._events``): each event is a
 few integer increments and at most one ``bisect``; the exposition is built
 only when something scrapes it, by a ``prometheus_client`` collector (no
-``Counter.labels()`` lookup per call). Label values that come from callers
-(route and target names, error codes) are capped: past ``label_cap``
-distinct values, new ones are counted under ``other``, so a client sending
-random endpoint names cannot grow the series count (or the scrape time)
-without bound.
+``Counter.labels()`` lookup per call). Route and target labels are the
+configured names: a name the config does not have (a bare endpoint name, or
+junk a client sends) counts under ``unconfigured``, so no client can grow the
+series count or push a real route out of its label. Error codes past
+``label_cap`` distinct values (the gateway's own codes aside) count under
+``other``. Every family an alert or a dashboard reads is exported at zero for
+the configured routes and targets from the start, so ``increase()`` sees the
+first event.
 
 Every family is named ``sagemaker_gateway_*`` in base units (seconds), and
 every latency histogram of the gateway, the sidecar and the RTB proxy uses
@@ -20,11 +23,16 @@ every latency histogram of the gateway, the sidecar and the RTB proxy uses
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
 from gateway._events import (
+    CANCELLED,
+    FAILED,
     HEDGE,
+    INVOKE_ENDPOINT,
+    LOST,
+    PRIMARY,
     RETRY,
     WON,
     AttemptFinished,
@@ -40,8 +48,10 @@ from gateway._events import (
 
 __all__ = [
     "DEFAULT_LABEL_CAP",
+    "KNOWN_ERROR_CODES",
     "LATENCY_BUCKETS_S",
     "OTHER",
+    "UNCONFIGURED",
     "GatewayMetrics",
     "Histogram",
     "LabelCap",
@@ -77,22 +87,46 @@ LATENCY_BUCKETS_S: tuple[float, ...] = (
     10.0,
 )
 OTHER = "other"
+# The route or target label of a name that is not configured.
+UNCONFIGURED = "unconfigured"
 DEFAULT_LABEL_CAP = 100
+# The error codes the gateway itself reports (exported at zero, never capped).
+KNOWN_ERROR_CODES: tuple[str, ...] = (
+    "DeadlineExceeded",
+    "ThrottlingException",
+    "ModelError",
+    "ModelNotReadyException",
+    "ValidationError",
+    "ServiceUnavailable",
+    "InternalFailure",
+    "InternalDependencyException",
+    "NoHealthyTarget",
+    "ConnectError",
+    "ReadTimeout",
+    "PoolTimeout",
+)
+_KINDS = (PRIMARY, HEDGE, RETRY)
+_OUTCOMES = (WON, LOST, CANCELLED, FAILED)
+_CACHE_SOURCES = ("near", "redis", "stale", "coalesced", "miss")
+_REFRESH_RESULTS = ("ok", "failed")
 _INF = float("inf")
 _BOUNDS = (*LATENCY_BUCKETS_S, _INF)
 _BOUND_LABELS = tuple("+Inf" if bound == _INF else repr(bound) for bound in _BOUNDS)
 
 
 class LabelCap:
-    """The first ``cap`` distinct values keep their name; later ones read ``other``."""
+    """The first ``cap`` distinct values keep their name; later ones read ``other``.
+
+    ``known`` values always keep theirs and never count towards the cap.
+    """
 
     __slots__ = ("_cap", "_seen")
 
-    def __init__(self, cap: int = DEFAULT_LABEL_CAP) -> None:
+    def __init__(self, cap: int = DEFAULT_LABEL_CAP, known: Iterable[str] = ()) -> None:
         if cap < 1:
             raise ValueError("label cap must be at least 1")
-        self._cap = cap
-        self._seen: set[str] = set()
+        self._cap = cap + len(set(known))
+        self._seen: set[str] = set(known)
 
     @property
     def cap(self) -> int:
@@ -159,11 +193,23 @@ class GatewayMetrics:
     # Dict and list updates only: called without the guard wrapper (see Hook).
     never_raises: ClassVar[bool] = True
 
-    def __init__(self, label_cap: int = DEFAULT_LABEL_CAP) -> None:
+    def __init__(
+        self,
+        label_cap: int = DEFAULT_LABEL_CAP,
+        routes: Mapping[str, Iterable[str]] | None = None,
+        cache: bool = False,
+    ) -> None:
+        """``routes``: configured route -> its target keys, the only label values
+        (anything else counts as ``unconfigured``); None: any name, capped."""
         self.label_cap = label_cap
+        self.configured: dict[str, frozenset[str]] | None = (
+            None if routes is None else {name: frozenset(keys) for name, keys in routes.items()}
+        )
+        # Cache lookups are exported at zero only when there is a cache.
+        self.cache_enabled = cache
         self._routes = LabelCap(label_cap)
         self._pairs = LabelCap(label_cap)
-        self._codes = LabelCap(label_cap)
+        self._codes = LabelCap(label_cap, KNOWN_ERROR_CODES)
         # Raw (route, target) -> its metrics, bounded: past the limit a
         # folded pair is looked up again on each event instead of remembered.
         self._by_name: dict[tuple[str, str], TargetMetrics] = {}
@@ -198,7 +244,10 @@ class GatewayMetrics:
             handler(event)
 
     def route_label(self, route: str) -> str:
-        return self._routes(route)
+        configured = self.configured
+        if configured is None:
+            return self._routes(route)
+        return route if route in configured else UNCONFIGURED
 
     def target(self, route: str, target: str) -> TargetMetrics:
         metrics = self._by_name.get((route, target))
@@ -207,13 +256,21 @@ class GatewayMetrics:
         return metrics
 
     def _fold(self, route: str, target: str) -> TargetMetrics:
-        route_label = self._routes(route)
-        target_label = target if self._pairs(f"{route_label}\x00{target}") != OTHER else OTHER
+        configured = self.configured
+        if configured is None:
+            route_label = self._routes(route)
+            target_label = target if self._pairs(f"{route_label}\x00{target}") != OTHER else OTHER
+        else:
+            targets = configured.get(route)
+            route_label = route if targets is not None else UNCONFIGURED
+            target_label = target if targets is not None and target in targets else UNCONFIGURED
         key = (route_label, target_label)
         metrics = self.targets.get(key)
         if metrics is None:
             metrics = self.targets[key] = TargetMetrics(route_label, target_label)
-        if len(self._by_name) < 4 * self.label_cap:
+        # Configured pairs are remembered; any other name is folded again each time.
+        remember = configured is None or target_label != UNCONFIGURED
+        if remember and len(self._by_name) < 4 * self.label_cap:
             self._by_name[(route, target)] = metrics
         return metrics
 
@@ -240,7 +297,9 @@ class GatewayMetrics:
             _bump(self.retries, metrics.route)
 
     def _call(self, event: CallFinished) -> None:
-        route = self._routes(event.route)
+        if event.operation != INVOKE_ENDPOINT:
+            return  # calls_total and its histogram count Gateway.invoke, as documented
+        route = self.route_label(event.route)
         calls = self.calls
         calls[route] = calls.get(route, 0) + 1
         histogram = self.call_latency.get(route)
@@ -256,7 +315,7 @@ class GatewayMetrics:
                 _bump(self.deadline_exceeded, route)
 
     def _hedge_fired(self, event: HedgeFired) -> None:
-        _bump(self.hedges, self._routes(event.route))
+        _bump(self.hedges, self.route_label(event.route))
 
     def _ejected(self, event: TargetEjected) -> None:
         metrics = self.target(event.route, event.target)
@@ -340,28 +399,50 @@ class _Collector:
             "Time from sending an attempt to its successful answer",
             labels=["route", "target"],
         )
-        for target in list(self._metrics.targets.values()):
+        for target in self._all_targets():
             labels = [target.route, target.target]
-            for (kind, outcome), count in list(target.attempts.items()):
+            counts = dict(target.attempts)
+            for kind in _KINDS:
+                for outcome in _OUTCOMES:
+                    attempts.add_metric([*labels, kind, outcome], counts.pop((kind, outcome), 0))
+            for (kind, outcome), count in counts.items():
                 attempts.add_metric([*labels, kind, outcome], count)
-            for code, count in list(target.errors.items()):
+            for code, count in _with_zeros(target.errors, KNOWN_ERROR_CODES):
                 errors.add_metric([*labels, code], count)
             latency.add_metric(labels, target.latency.buckets(), target.latency.total)
         yield attempts
         yield errors
         yield latency
 
+    def _all_targets(self) -> list[TargetMetrics]:
+        """Every target counted so far, and the configured ones not yet called (at zero)."""
+        metrics = self._metrics
+        seen = dict(metrics.targets)
+        for route, keys in self._configured().items():
+            for key in sorted(keys):
+                if (route, key) not in seen:
+                    seen[(route, key)] = TargetMetrics(route, key)
+        return list(seen.values())
+
+    def _configured(self) -> dict[str, frozenset[str]]:
+        configured = self._metrics.configured
+        return configured if configured is not None else {}
+
     def _call_families(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
         metrics = self._metrics
-        yield _by_route("sagemaker_gateway_calls", "Calls made (Gateway.invoke)", metrics.calls)
+        routes = list(self._configured())
+        yield _by_route(
+            "sagemaker_gateway_calls", "Calls made (Gateway.invoke)", metrics.calls, routes
+        )
         errors = CounterMetricFamily(
             "sagemaker_gateway_call_errors",
             "Calls that raised, by error code",
             labels=["route", "code"],
         )
-        for (route, code), count in list(metrics.call_errors.items()):
+        known = [(route, code) for route in routes for code in KNOWN_ERROR_CODES]
+        for (route, code), count in _with_zeros(metrics.call_errors, known):
             errors.add_metric([route, code], count)
         yield errors
         latency = HistogramMetricFamily(
@@ -369,7 +450,10 @@ class _Collector:
             "Time of a whole call: cache, attempts, hedges, backoffs and retries",
             labels=["route"],
         )
-        for route, histogram in list(metrics.call_latency.items()):
+        histograms = dict(metrics.call_latency)
+        for route in routes:
+            histograms.setdefault(route, Histogram())
+        for route, histogram in histograms.items():
             latency.add_metric([route], histogram.buckets(), histogram.total)
         yield latency
 
@@ -377,6 +461,8 @@ class _Collector:
         from prometheus_client.core import CounterMetricFamily
 
         metrics = self._metrics
+        configured = self._configured()
+        routes = list(configured)
         for name, counter, text in (
             ("sagemaker_gateway_hedges", metrics.hedges, "Hedge attempts fired"),
             ("sagemaker_gateway_hedge_wins", metrics.hedge_wins, "Calls answered by a hedge"),
@@ -387,20 +473,22 @@ class _Collector:
                 "Calls that ran out of time",
             ),
         ):
-            yield _by_route(name, text, counter)
+            yield _by_route(name, text, counter, routes)
         ejections = CounterMetricFamily(
             "sagemaker_gateway_ejections",
             "Times a target was ejected",
             labels=["route", "target"],
         )
-        for (route, target), count in list(metrics.ejections.items()):
+        pairs = [(route, key) for route, keys in configured.items() for key in sorted(keys)]
+        for (route, target), count in _with_zeros(metrics.ejections, pairs):
             ejections.add_metric([route, target], count)
         yield ejections
+        sources = _CACHE_SOURCES if metrics.cache_enabled else ()
         yield _labelled(
             "sagemaker_gateway_cache_lookups",
             "Prediction cache lookups by source (near, redis, stale, coalesced; miss)",
             "source",
-            metrics.cache_lookups.items(),
+            _with_zeros(metrics.cache_lookups, sources),
         )
         yield CounterMetricFamily(
             "sagemaker_gateway_cache_circuit_opens",
@@ -411,12 +499,20 @@ class _Collector:
             "sagemaker_gateway_credential_refreshes",
             "AWS credential refreshes by result (ok, failed)",
             "result",
-            metrics.credential_refreshes.items(),
+            _with_zeros(metrics.credential_refreshes, _REFRESH_RESULTS),
         )
 
 
-def _by_route(name: str, text: str, counter: dict[str, int]) -> Any:
-    return _labelled(name, text, "route", counter.items())
+def _with_zeros(counter: dict[Any, int], known: Iterable[Any]) -> list[tuple[Any, int]]:
+    """``counter``'s items, plus each ``known`` key it has not counted yet, at zero."""
+    items = dict(counter)
+    for key in known:
+        items.setdefault(key, 0)
+    return list(items.items())
+
+
+def _by_route(name: str, text: str, counter: dict[str, int], routes: Iterable[str]) -> Any:
+    return _labelled(name, text, "route", _with_zeros(counter, routes))
 
 
 def _labelled(name: str, text: str, label: str, items: Iterable[tuple[str, int]]) -> Any:

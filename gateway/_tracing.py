@@ -9,10 +9,14 @@ sampler, service name all through the SDK's own environment variables).
 Without the packages or a provider no hook is registered and calls pay
 nothing.
 
-Spans: ``sagemaker_gateway.invoke`` per ``Gateway.invoke`` (a child of the
-current span, e.g. the sidecar's server span continuing an inbound
-``traceparent``), one ``sagemaker_gateway.attempt`` child per attempt
-(primary, hedge, retry, with its outcome), events for a fired hedge and a
+Spans: one CLIENT span per call, named ``SageMaker Runtime.<Operation>`` as
+the OpenTelemetry semantic conventions for AWS SDK calls ask
+(``rpc.system=aws-api``, ``rpc.service`` the SDK's service id ``SageMaker
+Runtime``, ``rpc.method``, ``aws.request_id``, ``cloud.region``), for
+``invoke``, ``invoke_stream`` and ``invoke_async``: a child of the current
+span, e.g. the sidecar's server span continuing an inbound ``traceparent``.
+One ``sagemaker_gateway.attempt`` child per attempt (primary, hedge, retry,
+with its outcome), streams included; events for a fired hedge and a
 scheduled retry.
 """
 
@@ -48,6 +52,8 @@ __all__ = [
 log = logging.getLogger("gateway.tracing")
 
 _INSTRUMENTATION = "sagemaker_gateway"
+# botocore's service id of sagemaker-runtime: rpc.service and the span name's prefix.
+RPC_SERVICE = "SageMaker Runtime"
 # The variables that ask for tracing when no provider is installed yet.
 _ASKING = (
     "OTEL_TRACES_EXPORTER",
@@ -134,11 +140,12 @@ _current: contextvars.ContextVar[_CallSpan | None] = contextvars.ContextVar(
 class TracingHook:
     """Turns the instrumentation stream into spans (see the module docstring)."""
 
-    def __init__(self, tracer: Any) -> None:
+    def __init__(self, tracer: Any, region: str | None = None) -> None:
         from opentelemetry import trace
         from opentelemetry.trace import SpanKind, Status, StatusCode
 
         self._tracer = tracer
+        self._region = region
         self._trace = trace
         self._client = SpanKind.CLIENT
         self._internal = SpanKind.INTERNAL
@@ -160,14 +167,16 @@ class TracingHook:
     def _started(self, event: CallStarted) -> None:
         attributes = {
             "rpc.system": "aws-api",
-            "rpc.service": "SageMaker Runtime",
-            "rpc.method": "InvokeEndpoint",
+            "rpc.service": RPC_SERVICE,
+            "rpc.method": event.operation,
             "gateway.route": event.route,
         }
+        if self._region is not None:
+            attributes["cloud.region"] = self._region
         if event.model is not None:
             attributes["gateway.model"] = event.model
         span = self._tracer.start_span(
-            "sagemaker_gateway.invoke", kind=self._client, attributes=attributes
+            f"{RPC_SERVICE}.{event.operation}", kind=self._client, attributes=attributes
         )
         holder = _CallSpan(span)
         holder.token = _current.set(holder)
@@ -183,6 +192,8 @@ class TracingHook:
             span.set_attribute("gateway.endpoint", event.endpoint)
         if event.cache_source is not None:
             span.set_attribute("gateway.cache.source", event.cache_source)
+        if event.request_id is not None:
+            span.set_attribute("aws.request_id", event.request_id)
         if event.error_code is not None:
             span.set_attribute("gateway.error.code", event.error_code)
             span.set_status(self._error)

@@ -70,6 +70,7 @@ class RequestSigner:
         payload_hash: str,
         body_length: int,
         after_host: int = -1,
+        user_agent: str | None = None,
     ) -> bytes:
         """The signed request's whole head, as bytes (the native transport's hot path).
 
@@ -81,13 +82,15 @@ class RequestSigner:
         """
         credentials = self._credentials()
         amz_date = self._clock.now()
-        key: tuple[object, ...] = (path, *headers)
+        # A caller's own user agent (the sidecar's clients') is part of the head.
+        key: tuple[object, ...] = (
+            (path, *headers) if user_agent is None else (path, user_agent, *headers)
+        )
         head = self._heads.get(key)
         if head is None or head.amz_date != amz_date or head.credentials is not credentials:
             signed = self._with_date(headers, credentials, amz_date, after_host)
-            head_start = (
-                f"POST {path} HTTP/1.1\r\n{header_lines(signed)}user-agent: {self.user_agent}\r\n"
-            )
+            agent = self.user_agent if user_agent is None else user_agent
+            head_start = f"POST {path} HTTP/1.1\r\n{header_lines(signed)}user-agent: {agent}\r\n"
             head = self._signer.presign_head(sign_prefix, signed, credentials, amz_date, head_start)
             if len(self._heads) >= _MAX_PRESIGNED_HEADS:
                 self._heads.clear()  # rare shapes pile up otherwise
@@ -127,6 +130,7 @@ class PreparedRequest:
         "_head",
         "after_host",
         "body",
+        "caller_agent",
         "headers",
         "origin",
         "path",
@@ -156,6 +160,8 @@ class PreparedRequest:
         self.after_host = after_host
         self._final: list[tuple[str, str]] | None = None
         self._head: bytes | None = None
+        # The whole User-Agent when a caller's comes first (ours appended).
+        self.caller_agent: str | None = None
 
     def encoded_head(self) -> bytes:
         """The whole signed head as bytes (native transport); signed once, like final_headers."""
@@ -173,12 +179,15 @@ class PreparedRequest:
                     self.payload_hash,
                     len(self.body),
                     self.after_host,
+                    self.caller_agent,
                 )
             self._head = head
         return head
 
     @property
     def user_agent(self) -> str:
+        if self.caller_agent is not None:
+            return self.caller_agent
         return USER_AGENT if self.signer is None else self.signer.user_agent
 
     def final_headers(self) -> list[tuple[str, str]]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections.abc import Callable
 from typing import Any, cast
 
 from gateway._server.messages import (
@@ -231,6 +232,12 @@ class Server:
         self.limits = limits
         self.loop = asyncio.get_running_loop()
         self.closing = False
+        # Set while the owner drains: every answer says "Connection: close", so
+        # clients reconnect (elsewhere) instead of reusing this connection.
+        self.draining = False
+        # Told (status, reason) of each request refused by the parser or the
+        # limits (400, 408, 413, 431, ...), before its answer is written.
+        self.on_reject: Callable[[int, str], None] | None = None
         self.server_line = f"server: {limits.server_header}\r\n" if limits.server_header else ""
         self._connections: set[_Connection] = set()
         self._aio_server: asyncio.Server | None = None

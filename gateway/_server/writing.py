@@ -137,6 +137,9 @@ class _ResponseWriting(_RequestReading):
             waiter.set_result(None)
 
     def _reject(self, transport: asyncio.Transport, reject: _Reject) -> None:
+        on_reject = self._server.on_reject
+        if on_reject is not None:
+            on_reject(reject.status, reject.message)
         response = reject.response
         if response is None:
             transport.write(_simple_response(reject.status, reject.message, True))
@@ -194,7 +197,7 @@ class _ResponseWriting(_RequestReading):
         # Closing (the server, or this connection after EOF): the last queued
         # answer says "close"; those before it keep the connection for the rest.
         keep_alive = request.keep_alive and not (
-            (self._server.closing or self._close_after) and not self._queue
+            (self._server.closing or self._server.draining or self._close_after) and not self._queue
         )
         try:
             if isinstance(response, StreamingResponse):

@@ -21,12 +21,10 @@ from urllib.parse import unquote
 
 import orjson
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     GC_COLLECTOR,
     PLATFORM_COLLECTOR,
     PROCESS_COLLECTOR,
     CollectorRegistry,
-    generate_latest,
 )
 
 from gateway import errors
@@ -60,6 +58,7 @@ TIMEOUT_HEADER: Final = "x-gateway-timeout-ms"
 
 # "Cache-Control: no-cache" (or no-store) skips the prediction cache (InvokeEndpoint only).
 _CACHE_CONTROL: Final = "cache-control"
+_USER_AGENT: Final = "user-agent"
 _SAGEMAKER_PREFIX: Final = "x-amzn-sagemaker-"
 _STREAM_ATTRIBUTES: Final = INVOKE_STREAM.index("CustomAttributes")
 
@@ -134,11 +133,20 @@ class SidecarApp:
             config.default_timeout_ms / 1000 if config.default_timeout_ms is not None else None
         )
         self._authenticate = authenticate
-        self._metrics_auth = authenticate if config.metrics_auth else None
+        # Who may scrape /metrics: on the traffic port, inbound auth unless
+        # metrics_auth is false; on the admin port, only when admin_auth is on.
+        self.metrics_auth = authenticate if config.metrics_auth else None
+        self.admin_auth = authenticate if config.admin_auth else None
         self.in_flight = 0
         self.started = False
         self.busy_poll = BusyPoll(config.busy_poll_us / 1e6) if config.busy_poll_us else None
-        self.metrics = SidecarMetrics(lambda: self.in_flight, config.metrics_label_cap)
+        operations = (_INVOKE, _STREAM, _ASYNC) + (("openrtb",) if rtb is not None else ())
+        self.metrics = SidecarMetrics(
+            lambda: self.in_flight,
+            config.metrics_label_cap,
+            _configured_routes(gateway),
+            operations,
+        )
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.metrics)
         if rtb is not None:
@@ -174,8 +182,6 @@ class SidecarApp:
                 return await self._invocation(request, operation, name)
         elif path == "/ping" and request.method in ("GET", "HEAD"):
             return self._ping()
-        elif path == "/metrics" and request.method == "GET":
-            return await self._metrics(request)
         self.metrics.reject("unknown_operation")
         return error_response("UnknownOperationException", "Unknown operation", 404)
 
@@ -229,8 +235,10 @@ class SidecarApp:
         try:
             if operation == _INVOKE:
                 # Inline, not a method: one coroutine less on every invocation.
-                members, timeout, cache = self._members(request.headers, INVOKE)
-                result = await self._gw.invoke_members(name, request.body, members, timeout, cache)
+                members, timeout, cache, agent = self._members(request.headers, INVOKE)
+                result = await self._gw.invoke_members(
+                    name, request.body, members, timeout, cache, None, agent
+                )
                 response: Response | StreamingResponse = _result_response(result)
             elif operation == _STREAM:
                 response = await self._stream(request, name)
@@ -303,8 +311,9 @@ class SidecarApp:
 
     def _members(
         self, headers: Mapping[str, str], operation: Operation
-    ) -> tuple[tuple[object, ...], float | None, bool | None]:
-        """The call's members as received (in the operation's order), its timeout and cache choice.
+    ) -> tuple[tuple[object, ...], float | None, bool | None, str | None]:
+        """The call's members as received (in the operation's order), its timeout, cache choice
+        and the caller's user agent (sent upstream first, the gateway's appended).
 
         Each header the operation's model defines goes through as it came;
         one of SageMaker's it does not define is refused, since dropping it
@@ -315,6 +324,7 @@ class SidecarApp:
         index_of = operation.header_index
         timeout = self._default_timeout
         cache: bool | None = None
+        user_agent: str | None = None
         for header, value in headers.items():
             index = index_of.get(header, -1)
             if index >= 0:
@@ -324,18 +334,20 @@ class SidecarApp:
                 )
             elif header == TIMEOUT_HEADER:
                 timeout = _milliseconds(value)
+            elif header == _USER_AGENT:
+                user_agent = value
             elif header == _CACHE_CONTROL and operation is INVOKE:
                 directives = value.lower()
                 cache = "no-cache" not in directives and "no-store" not in directives
             elif header.startswith(_SAGEMAKER_PREFIX):
                 raise _BadRequest(f"header {header} is not supported by this operation")
-        return tuple(values), timeout, cache
+        return tuple(values), timeout, cache, user_agent
 
     # -- operations ----------------------------------------------------------
 
     async def _stream(self, request: Request, name: str) -> Response | StreamingResponse:
-        members, timeout, _ = self._members(request.headers, INVOKE_STREAM)
-        parts = self._gw.invoke_stream_members(name, request.body, members, timeout)
+        members, timeout, _, agent = self._members(request.headers, INVOKE_STREAM)
+        parts = self._gw.invoke_stream_members(name, request.body, members, timeout, agent)
         # Wait for the first part, so that an error before any byte is sent
         # is still an ordinary rest-json error with its real status.
         try:
@@ -349,8 +361,10 @@ class SidecarApp:
         return StreamingResponse(relay(self, parts, first), 200, headers)
 
     async def _async(self, request: Request, name: str) -> Response:
-        members, timeout, _ = self._members(request.headers, INVOKE_ASYNC)
-        answer = await self._gw.invoke_async_members(name, request.body or None, members, timeout)
+        members, timeout, _, agent = self._members(request.headers, INVOKE_ASYNC)
+        answer = await self._gw.invoke_async_members(
+            name, request.body or None, members, timeout, agent
+        )
         headers = [_JSON, ("x-amzn-RequestId", answer.request_id or new_request_id())]
         if answer.output_location is not None:
             headers.append(("X-Amzn-SageMaker-OutputLocation", answer.output_location))
@@ -361,17 +375,18 @@ class SidecarApp:
 
     # -- operations endpoints ---------------------------------------------------
 
-    async def _metrics(self, request: Request) -> Response:
-        """The Prometheus scrape; behind inbound auth unless ``metrics_auth`` is false."""
-        if self._metrics_auth is not None:
-            try:
-                self._metrics_auth(request)
-            except SigV4Rejected as rejected:
-                self.metrics.reject("auth")
-                return error_response(rejected.code, rejected.message, rejected.status)
-        # Rendered off the event loop: calls keep flowing during a scrape.
-        text = await asyncio.to_thread(generate_latest, self.registry)
-        return Response(200, (("Content-Type", CONTENT_TYPE_LATEST),), text)
+    def refuse_unauthenticated(
+        self, request: Request, authenticate: Authenticator | None
+    ) -> Response | None:
+        """The auth error for ``request`` under ``authenticate`` (counted), None if allowed."""
+        if authenticate is None:
+            return None
+        try:
+            authenticate(request)
+        except SigV4Rejected as rejected:
+            self.metrics.reject("auth")
+            return error_response(rejected.code, rejected.message, rejected.status)
+        return None
 
     def _ping(self) -> Response:
         """200 once started and while every route has a healthy target, else 503."""
@@ -385,6 +400,12 @@ class SidecarApp:
             if unhealthy:
                 return Response(503, (_JSON,), orjson.dumps({"unhealthy_routes": unhealthy}))
         return Response(200, (_JSON,), b'{"status":"ok"}')
+
+
+def _configured_routes(gateway: Gateway) -> list[str] | None:
+    """The route names of the gateway's config (None for a Gateway without a router)."""
+    router = getattr(gateway, "router", None)
+    return list(router.routes) if router is not None else None
 
 
 def _result_response(result: InvokeResult) -> Response:

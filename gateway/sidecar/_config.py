@@ -10,11 +10,14 @@ from gateway._config_reader import fail, read, section, setting
 from gateway._server.address import host_port, is_loopback
 from gateway.errors import ConfigError
 
-__all__ = ["AuthSettings", "SidecarConfig"]
+__all__ = ["ADMIN_OFF", "ADMIN_PORT", "AuthSettings", "SidecarConfig"]
 
 _MIB = 1024 * 1024
 _GC_MAX = 2**31 - 1  # gc.set_threshold takes C ints
 _MAX_WORKERS = 1024
+# The admin listener's port when ``admin_listen`` is not set (as Prometheus exporters do).
+ADMIN_PORT = 9091
+ADMIN_OFF = "off"
 
 
 def _token(value: str) -> None:
@@ -42,6 +45,11 @@ class AuthSettings:
             raise fail(self, "credentials", "required when mode is 'sigv4'")
         if self.mode == "bearer" and self.token is None:
             raise fail(self, "token", "required when mode is 'bearer'")
+
+
+def _admin_listen(value: str) -> None:
+    if value != ADMIN_OFF:
+        host_port(value)
 
 
 def _workers(raw: Any, key: str) -> Any:
@@ -82,8 +90,16 @@ class SidecarConfig:
     # None: the Gateway's own default.
     default_timeout_ms: float | None = setting(default=None, ge=1)
     auth: AuthSettings = field(default_factory=AuthSettings)
-    # With inbound auth on, /metrics asks for it too; false serves it to anyone.
+    # With inbound auth on, /metrics on the traffic port asks for it too;
+    # false serves it to anyone.
     metrics_auth: bool = True
+    # The admin listener: GET/HEAD /metrics, /livez, /readyz on a port of
+    # their own, apart from traffic. None: the listen host, port 9091 (any
+    # free port when the traffic port is 0); "off": no admin listener.
+    admin_listen: str | None = setting(default=None, check=_admin_listen)
+    # Inbound auth ([sidecar.auth]) on the admin listener too; off by
+    # default, so probes and Prometheus need no keys.
+    admin_auth: bool = False
     # The command (a process of its own) runs gateway.tune_gc() once started:
     # gc.collect() + gc.freeze(), and gc.set_threshold(*gc_thresholds) if set.
     # An in-process ``Sidecar`` never touches its host's GC.
@@ -105,6 +121,14 @@ class SidecarConfig:
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any]) -> SidecarConfig:
         return read(cls, mapping, "sidecar")
+
+    def admin_address(self, host: str, port: int) -> tuple[str, int] | None:
+        """Where the admin listener listens, given the traffic listener's address."""
+        if self.admin_listen == ADMIN_OFF:
+            return None
+        if self.admin_listen is not None:
+            return host_port(self.admin_listen)
+        return host, ADMIN_PORT if port else 0
 
     def check_bind(self, host: str) -> None:
         """Refuse a non-loopback address without inbound auth (ConfigError)."""

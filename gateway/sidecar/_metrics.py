@@ -6,14 +6,16 @@
 The hot path only bumps plain ints in dicts (no lock, no label lookup);
 the numbers become metric families when /metrics is scraped. Families are
 named ``sagemaker_gateway_sidecar_*``, latency histograms use the gateway's
-one bucket set (``LATENCY_BUCKETS_S``), and route names, which come from
-clients, are capped (``sidecar.metrics_label_cap``): past the cap, new names
-count as ``other``.
+one bucket set (``LATENCY_BUCKETS_S``). Route labels are the configured route
+names; any other name a client sends counts as ``unconfigured`` (without a
+list of configured routes, the first ``sidecar.metrics_label_cap`` names keep
+theirs and later ones count as ``other``). Rejection reasons and per-operation
+families are exported at zero from the start.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -22,25 +24,55 @@ from prometheus_client.core import (
     Metric,
 )
 
-from gateway._metrics import DEFAULT_LABEL_CAP, LATENCY_BUCKETS_S, OTHER, Histogram, LabelCap
+from gateway._metrics import (
+    DEFAULT_LABEL_CAP,
+    LATENCY_BUCKETS_S,
+    OTHER,
+    UNCONFIGURED,
+    Histogram,
+    LabelCap,
+)
 
-__all__ = ["BUCKETS", "OTHER_ROUTE", "SidecarMetrics", "merge_expositions"]
+__all__ = ["BUCKETS", "OTHER_ROUTE", "SidecarMetrics", "cumulative_only", "merge_expositions"]
 
 BUCKETS = LATENCY_BUCKETS_S
 OTHER_ROUTE = OTHER
+# Why a request was refused before reaching the gateway (exported at zero).
+REJECT_REASONS = (
+    "in_flight_cap",
+    "auth",
+    "unknown_operation",
+    # Refused by the HTTP server before the sidecar saw a request.
+    "bad_request",
+    "request_timeout",
+    "too_large",
+    "headers_too_large",
+)
+# Each operation's success status, the one series of it exported at zero per route.
+_SUCCESS = {"invoke": 200, "stream": 200, "async": 202, "openrtb": 200}
 
 
 class SidecarMetrics:
     """Counters of one sidecar; register it on a ``CollectorRegistry``."""
 
-    def __init__(self, in_flight: Callable[[], int], label_cap: int = DEFAULT_LABEL_CAP) -> None:
+    def __init__(
+        self,
+        in_flight: Callable[[], int],
+        label_cap: int = DEFAULT_LABEL_CAP,
+        routes: Collection[str] | None = None,
+        operations: Sequence[str] = (),
+    ) -> None:
+        """``routes``: the configured route names (None: any name, capped);
+        ``operations``: the ones this sidecar serves, exported at zero."""
         self._in_flight = in_flight
+        self._routes = None if routes is None else frozenset(routes)
+        self._operations = tuple(operations)
         self.requests: dict[tuple[str, str, int], int] = {}
         self.rejected: dict[str, int] = {}
         self.received_bytes: dict[str, int] = {}
         self.sent_bytes: dict[str, int] = {}
         self._latency: dict[str, Histogram] = {}
-        self.route_label = LabelCap(label_cap)
+        self._route_cap = LabelCap(label_cap)
         # Set once by the sidecar command after gc.freeze() (tune_gc); a
         # number, not gc.get_freeze_count() per scrape: that walks the list.
         self.gc_frozen_objects = 0
@@ -64,6 +96,13 @@ class SidecarMetrics:
         self.received_bytes[operation] = self.received_bytes.get(operation, 0) + received
         self.sent_bytes[operation] = self.sent_bytes.get(operation, 0) + sent
 
+    def route_label(self, name: str) -> str:
+        """``name`` if it is a configured route, else ``unconfigured``."""
+        routes = self._routes
+        if routes is None:
+            return self._route_cap(name)
+        return name if name in routes else UNCONFIGURED
+
     def reject(self, reason: str) -> None:
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
 
@@ -78,7 +117,7 @@ class SidecarMetrics:
             "Requests answered by the sidecar, by operation, route and HTTP status.",
             labels=["operation", "route", "code"],
         )
-        for (operation, route, status), count in list(self.requests.items()):
+        for (operation, route, status), count in self._requests_with_zeros():
             requests.add_metric([operation, route, str(status)], count)
         yield requests
         yield GaugeMetricFamily(
@@ -91,7 +130,7 @@ class SidecarMetrics:
             "Requests refused before reaching the gateway, by reason.",
             labels=["reason"],
         )
-        for reason, count in list(self.rejected.items()):
+        for reason, count in _with_zeros(self.rejected, REJECT_REASONS):
             rejected.add_metric([reason], count)
         yield rejected
         yield self._latency_family()
@@ -102,7 +141,7 @@ class SidecarMetrics:
             family = CounterMetricFamily(
                 f"sagemaker_gateway_sidecar_{name}_bytes", text, labels=["operation"]
             )
-            for operation, count in list(counter.items()):
+            for operation, count in _with_zeros(counter, self._operations):
                 family.add_metric([operation], count)
             yield family
         yield GaugeMetricFamily(
@@ -112,15 +151,35 @@ class SidecarMetrics:
             value=self.gc_frozen_objects,
         )
 
+    def _requests_with_zeros(self) -> list[tuple[tuple[str, str, int], int]]:
+        requests = dict(self.requests)
+        routes = sorted(self._routes or ())
+        for operation in self._operations:
+            status = _SUCCESS.get(operation, 200)
+            for route in ("openrtb",) if operation == "openrtb" else routes:
+                requests.setdefault((operation, route, status), 0)
+        return list(requests.items())
+
     def _latency_family(self) -> HistogramMetricFamily:
         family = HistogramMetricFamily(
             "sagemaker_gateway_sidecar_request_duration_seconds",
             "Time from the request being parsed to the response being ready.",
             labels=["operation"],
         )
-        for operation, histogram in list(self._latency.items()):
+        histograms = dict(self._latency)
+        for operation in self._operations:
+            if operation not in histograms:
+                histograms[operation] = Histogram()
+        for operation, histogram in histograms.items():
             family.add_metric([operation], histogram.buckets(), sum_value=histogram.total)
         return family
+
+
+def _with_zeros(counter: dict[str, int], known: Iterable[str]) -> list[tuple[str, int]]:
+    items = dict(counter)
+    for key in known:
+        items.setdefault(key, 0)
+    return list(items.items())
 
 
 # -- several workers, one scrape ---------------------------------------------------
@@ -170,6 +229,25 @@ def merge_expositions(texts: Iterable[str], workers: Sequence[str] | None = None
     for (family_name, sample_name, label_pairs), value in values.items():
         families[family_name].add_sample(sample_name, dict(label_pairs), value)
     return _render(families.values())
+
+
+# What still means something once its process is gone: counts since start.
+_CUMULATIVE = ("counter", "histogram", "summary")
+
+
+def cumulative_only(text: str) -> str:
+    """``text`` with only its counters, histograms and summaries (no per-process family).
+
+    A dead worker's gauges (in flight, memory) are over; its counts are not.
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    kept = [
+        family
+        for family in text_string_to_metric_families(text)
+        if family.type in _CUMULATIVE and not family.name.startswith(_PER_PROCESS)
+    ]
+    return _render(kept).decode()
 
 
 class _Fixed:

@@ -9,6 +9,7 @@ import dataclasses
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,7 @@ from gateway._gc import GcTuning, tune_gc
 from gateway._server import processes as child_process
 from gateway._server.address import parse_listen
 from gateway._server.http import (
+    Handler,
     Request,
     Response,
     Server,
@@ -37,8 +39,9 @@ from gateway._server.http import (
 from gateway._tracing import configure_from_environment
 from gateway.errors import ConfigError
 from gateway.sidecar._app import SidecarApp
-from gateway.sidecar._auth import make_authenticator
+from gateway.sidecar._auth import Authenticator, make_authenticator
 from gateway.sidecar._config import SidecarConfig
+from gateway.sidecar._errors import error_response
 from gateway.sidecar._logging import configure_logging
 from gateway.sidecar._rtb import RtbConfig, RtbProxy
 from gateway.sidecar._workers import (
@@ -58,6 +61,8 @@ _READY_PREFIX = "sidecar listening on "
 # Answered by the Sidecar itself; /ping and the rest go to the app.
 _OWN_PATHS = frozenset({"/livez", "/readyz", "/metrics"})
 _JSON = ("Content-Type", "application/json")
+# sagemaker_gateway_sidecar_rejected_total{reason} of a request the server refused.
+_SERVER_REFUSALS = {408: "request_timeout", 413: "too_large", 431: "headers_too_large"}
 
 
 class Sidecar:
@@ -103,8 +108,9 @@ class Sidecar:
         authenticate = make_authenticator(config.auth, self.gateway.config.region)
         self.app = SidecarApp(self.gateway, config, authenticate, self.rtb)
         self._server: Server | None = None
-        # Set by the command on SIGTERM: /readyz answers 503, serving goes on.
-        self.draining = False
+        self._admin: Server | None = None
+        # Set by the command on SIGTERM (see the property).
+        self._draining = False
         # Workers of one supervisor share the port (SO_REUSEPORT).
         self._reuse_port = reuse_port
         # /metrics that covers every worker (set by a worker process), else the app's own.
@@ -122,11 +128,26 @@ class Sidecar:
         return self._host
 
     @property
+    def draining(self) -> bool:
+        """Set on SIGTERM: /readyz answers 503, serving goes on, every answer
+        says ``Connection: close`` (clients move to another instance)."""
+        return self._draining
+
+    @draining.setter
+    def draining(self, value: bool) -> None:
+        self._draining = value
+        if self._server is not None:
+            self._server.draining = value
+
+    @property
     def url(self) -> str:
-        host = self._host if ":" not in self._host else f"[{self._host}]"
-        if host in ("0.0.0.0", "[::]", ""):
-            host = "127.0.0.1" if host != "[::]" else "[::1]"
-        return f"http://{host}:{self.port}"
+        return _url(self._host, self.port)
+
+    @property
+    def admin_url(self) -> str | None:
+        """The admin listener (/metrics, /livez, /readyz); None when it is off."""
+        admin = self._admin
+        return _url(admin.host, admin.port) if admin is not None else None
 
     def limits(self) -> ServerLimits:
         config = self.config
@@ -147,8 +168,16 @@ class Sidecar:
         try:
             if self.rtb is not None:
                 await self.rtb.start()
-            self._server = await self._listen()
+            self._server = await self._listen(self._host, self._requested_port, self.handle)
+            self._server.draining = self._draining
+            self._server.on_reject = self._refused_by_server
+            admin = self.config.admin_address(self._host, self._requested_port)
+            if admin is not None:
+                self._admin = await self._listen(*admin, self.handle_admin)
         except BaseException:
+            if self._server is not None:
+                await self._server.close(0)
+                self._server = None
             await self._close_owned()
             raise
         self.app.started = True
@@ -156,6 +185,7 @@ class Sidecar:
             "sidecar started",
             extra={
                 "listen": self.url,
+                "admin": self.admin_url,
                 "auth": self.config.auth.mode,
                 "max_in_flight": self.config.max_in_flight,
             },
@@ -167,11 +197,10 @@ class Sidecar:
             )
         return self
 
-    async def _listen(self) -> Server:
-        host, port = self._host, self._requested_port
+    async def _listen(self, host: str, port: int, handler: Handler) -> Server:
         try:
             return await start_server(
-                self.handle, host, port, limits=self.limits(), reuse_port=self._reuse_port
+                handler, host, port, limits=self.limits(), reuse_port=self._reuse_port
             )
         except OSError as exc:  # taken port, address not on this host, unknown name
             raise ConfigError(f"cannot listen on {host}:{port}: {os_reason(exc)}") from None
@@ -189,17 +218,46 @@ class Sidecar:
         return self._app_handle(request)
 
     async def _own(self, request: Request) -> Response | StreamingResponse:
-        path = request.path
         if request.method not in ("GET", "HEAD"):
             return await self._app_handle(request)  # the app's 404, as for any other
+        return await self._answer_own(request, self.app.metrics_auth)
+
+    async def handle_admin(self, request: Request) -> Response:
+        """The admin listener: GET/HEAD /metrics, /livez, /readyz; 404 for anything else."""
+        if request.method not in ("GET", "HEAD") or request.path not in _OWN_PATHS:
+            return error_response("UnknownOperationException", "Unknown operation", 404)
+        refused = self.app.refuse_unauthenticated(request, self.app.admin_auth)
+        if refused is not None:
+            return refused
+        return await self._answer_own(request, None)
+
+    async def _answer_own(self, request: Request, metrics_auth: Authenticator | None) -> Response:
+        """/livez, /readyz, or /metrics (behind ``metrics_auth``), whatever the worker count."""
+        path = request.path
         if path == "/livez":
             return Response(200, (_JSON,), b'{"status":"ok"}')
         if path == "/readyz":
             return self._readiness()
+        refused = self.app.refuse_unauthenticated(request, metrics_auth)
+        if refused is not None:
+            return refused
+        return Response(200, (("Content-Type", CONTENT_TYPE_LATEST),), await self.exposition())
+
+    async def exposition(self) -> bytes:
+        """The Prometheus text: every worker's, added up, or this process's own."""
         if self.metrics_exposition is not None:
-            body = await self.metrics_exposition()
-            return Response(200, (("Content-Type", CONTENT_TYPE_LATEST),), body)
-        return await self._app_handle(request)
+            return await self.metrics_exposition()
+        # Rendered off the event loop: calls keep flowing during a scrape.
+        return await asyncio.to_thread(generate_latest, self.app.registry)
+
+    def _refused_by_server(self, status: int, reason: str) -> None:
+        """A request the HTTP server refused (malformed, too large, too slow): counted, logged."""
+        refusal = _SERVER_REFUSALS.get(status, "bad_request")
+        self.app.metrics.reject(refusal)
+        access_log = self.app.access_log
+        if access_log is not None and access_log.sampled():
+            # Method and path are unknown or untrusted: the request never parsed.
+            access_log.write("-", "-", None, status, refusal, 0.0, 0, None, None)
 
     def not_ready_reasons(self) -> list[str]:
         """Why ``/readyz`` answers 503 (empty: ready)."""
@@ -232,6 +290,9 @@ class Sidecar:
             in_flight = self.app.in_flight
             await server.close(self.config.shutdown_grace_s if grace is None else grace)
             logger.info("sidecar stopped", extra={"in_flight_at_stop": in_flight})
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            await admin.close(0)
         await self._close_owned()
 
     async def _close_owned(self) -> None:
@@ -255,6 +316,13 @@ class Sidecar:
     ) -> SidecarProcess:
         """Run a sidecar in a child process (its own event loop and core)."""
         return SidecarProcess.start(config, listen, args, env)
+
+
+def _url(host: str, port: int) -> str:
+    shown = host if ":" not in host else f"[{host}]"
+    if shown in ("0.0.0.0", "[::]", ""):
+        shown = "127.0.0.1" if shown != "[::]" else "[::1]"
+    return f"http://{shown}:{port}"
 
 
 def _credentials_usable(gateway: Gateway) -> bool:
@@ -300,10 +368,18 @@ def _read_mapping(path: Path) -> dict[str, Any]:
 class SidecarProcess:
     """Handle on a sidecar child process: ``url``, ``terminate()``, ``stop()``."""
 
-    def __init__(self, process: subprocess.Popen[bytes], url: str, config_file: str | None) -> None:
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes],
+        url: str,
+        config_file: str | None,
+        admin_url: str | None = None,
+    ) -> None:
         self.process = process
         self.url = url
         self.port = int(url.rsplit(":", 1)[1])
+        # The admin listener, when this handle chose its address (see start).
+        self.admin_url = admin_url
         self._config_file = config_file
 
     @property
@@ -319,6 +395,12 @@ class SidecarProcess:
         env: Mapping[str, str] | None,
     ) -> SidecarProcess:
         config_file: str | None = None
+        admin_url: str | None = None
+        if "--admin-listen" not in args:
+            # A free loopback port, so that the caller knows where to scrape.
+            admin_port = _free_port()
+            admin_url = f"http://127.0.0.1:{admin_port}"
+            args = [*args, "--admin-listen", f"127.0.0.1:{admin_port}"]
         command = [sys.executable, "-m", "gateway", "sidecar", "--listen", listen, *args]
         if isinstance(config, str | Path):
             command += ["--config", str(config)]
@@ -334,7 +416,7 @@ class SidecarProcess:
             child_process.terminate(process, grace=30)
             _unlink(config_file)
             raise
-        return cls(process, url, config_file)
+        return cls(process, url, config_file, admin_url)
 
     def terminate(self) -> None:
         """Send SIGTERM (graceful shutdown) without waiting."""
@@ -358,6 +440,13 @@ class SidecarProcess:
         self.stop()
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
 def _unlink(path: str | None) -> None:
     if path:
         with contextlib.suppress(FileNotFoundError):
@@ -375,6 +464,11 @@ def _parser() -> argparse.ArgumentParser:
         "environment variable (flag > environment > file > default).",
     )
     parser.add_argument("--listen", help="HOST:PORT (default: sidecar.listen, 127.0.0.1:8081)")
+    parser.add_argument(
+        "--admin-listen",
+        help="HOST:PORT of the admin listener (/metrics, /livez, /readyz), or 'off' "
+        "(default: sidecar.admin_listen, the listen host with port 9091)",
+    )
     parser.add_argument("--config", help="the gateway's TOML (or JSON) file, with [sidecar]")
     parser.add_argument(
         "--upstream", action="append", default=[], help="SageMaker Runtime URL (endpoint_url)"
@@ -421,6 +515,9 @@ def _command_config(
     if args.listen is not None:
         parse_listen(args.listen, "--listen")  # a bad flag is named as the flag
         sidecar_flags["listen"] = args.listen
+    if args.admin_listen is not None:  # checked as [sidecar] admin_listen; named as the flag
+        sidecar_flags["admin_listen"] = args.admin_listen
+        overlay.sources["sidecar.admin_listen"] = "--admin-listen"
     if args.workers is not None:  # checked as [sidecar] workers; an error names the flag
         sidecar_flags["workers"] = args.workers
         overlay.sources["sidecar.workers"] = "--workers"
@@ -534,7 +631,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         worker.tag_logs()
     count = resolve_worker_count(config.workers)
     if worker is None and count > 1:
-        return _supervise(arguments, host, port, count, config.worker_liveness_s)
+        admin = config.admin_address(host, port)
+        return _supervise(arguments, host, port, admin, count, config.worker_liveness_s)
     try:
         code: int = _event_loop_runner()(_serve(gateway_config, config, listen, worker))
     except ConfigError as exc:  # found at start: credentials, a taken port, ...
@@ -543,13 +641,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def _supervise(arguments: list[str], host: str, port: int, count: int, liveness_s: float) -> int:
+def _supervise(
+    arguments: list[str],
+    host: str,
+    port: int,
+    admin: tuple[str, int] | None,
+    count: int,
+    liveness_s: float,
+) -> int:
     try:
         sock = reserve_address(host, port)
     except ConfigError as exc:
         print(f"sidecar: {exc}", file=sys.stderr)
         return 2
-    supervisor = Supervisor(arguments, sock, count, _READY_PREFIX, liveness_s=liveness_s)
+    try:
+        admin_sock = reserve_address(*admin) if admin is not None else None
+    except ConfigError as exc:
+        sock.close()
+        print(f"sidecar: admin listener: {exc}", file=sys.stderr)
+        return 2
+    supervisor = Supervisor(
+        arguments, sock, count, _READY_PREFIX, admin_sock, liveness_s=liveness_s
+    )
     return asyncio.run(supervisor.run())
 
 

@@ -16,6 +16,13 @@ the supervisor's private directory. A ``/metrics`` scrape, whichever worker
 the kernel gives it to, asks its siblings for theirs and adds them up
 sample by sample (:func:`merge_expositions`), so one scrape covers every
 worker and the counters add up to what the port served.
+
+A worker that dies must not take its counts with it (the sum would go down,
+which Prometheus reads as a reset of the whole sum). Each worker keeps a
+snapshot of its exposition as of the last scrape it answered; when one dies,
+the supervisor adds that snapshot's counters and histograms to a
+``retired.prom`` file, and every scrape adds ``retired.prom`` to the live
+workers' numbers. What a worker counted after its last scrape is lost.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from pathlib import Path
 from gateway._server import processes as child_process
 from gateway.errors import ConfigError
 from gateway.sidecar._logging import worker_restarted
-from gateway.sidecar._metrics import merge_expositions
+from gateway.sidecar._metrics import cumulative_only, merge_expositions
 
 __all__ = [
     "Supervisor",
@@ -66,6 +73,19 @@ _SIBLING_TIMEOUT_S = 2.0
 _LIVENESS_S = 15.0
 # The supervisor's private directory: <tempdir>/<prefix><supervisor pid>-<random>.
 _DIR_PREFIX = "sagemaker-gateway-workers-"
+# In the supervisor's directory: the counts of workers that died, added up.
+_RETIRED = "retired.prom"
+
+
+def _snapshot_path(directory: Path, index: int, pid: int) -> Path:
+    return directory / f"snapshot-{index}-{pid}.prom"
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Readers see the old file or the new one, never half of it."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_bytes(data)
+    os.replace(partial, path)
 
 
 def available_cores(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
@@ -150,12 +170,14 @@ class Supervisor:
         sock: socket.socket,
         count: int,
         ready_prefix: str,
+        admin_sock: socket.socket | None = None,
         *,
         liveness_s: float = _LIVENESS_S,
     ) -> None:
         self._liveness_s = liveness_s
         self._argv = list(argv)
         self._sock = sock
+        self._admin_sock = admin_sock
         self._count = count
         self._ready_prefix = ready_prefix
         self._workers = [_Worker(index) for index in range(count)]
@@ -167,8 +189,11 @@ class Supervisor:
 
     @property
     def listen(self) -> str:
-        host, port = self._sock.getsockname()[:2]
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return _address(self._sock)
+
+    @property
+    def admin_listen(self) -> str:
+        return _address(self._admin_sock) if self._admin_sock is not None else "off"
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -181,6 +206,8 @@ class Supervisor:
         finally:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._sock.close()
+            if self._admin_sock is not None:
+                self._admin_sock.close()
 
     async def _supervise(self) -> int:
         # The first worker alone: a config or credentials problem shows up as
@@ -273,6 +300,8 @@ class Supervisor:
             *self._argv,
             "--listen",
             self.listen,
+            "--admin-listen",
+            self.admin_listen,
             "--workers",
             "1",
         ]
@@ -307,6 +336,7 @@ class Supervisor:
             code = await process.wait()
             worker.ready = False
             reason, worker.killed_for = worker.killed_for or "exited", None
+            self._retire(worker.index, process.pid)
             if self._stopping:
                 return
             lived = time.monotonic() - worker.started_at
@@ -320,6 +350,25 @@ class Supervisor:
             if self._stopping:
                 return
             await self._spawn(worker)
+
+    def _retire(self, index: int, pid: int) -> None:
+        """Keep a dead worker's counters: its last snapshot joins ``retired.prom``."""
+        directory = Path(self._dir)
+        snapshot = _snapshot_path(directory, index, pid)
+        try:
+            last = snapshot.read_text()
+        except OSError:
+            return  # never scraped: nothing counted that anyone saw
+        retired = directory / _RETIRED
+        try:
+            texts = [retired.read_text(), cumulative_only(last)]
+        except FileNotFoundError:
+            texts = [cumulative_only(last)]
+        try:
+            _write_atomically(retired, merge_expositions(texts))
+        except OSError as exc:  # a full or vanished temp dir: the counts are lost, not the run
+            logger.warning("cannot keep a dead worker's counts", extra={"error": os_reason(exc)})
+        snapshot.unlink(missing_ok=True)
 
     async def _wait_all(self) -> None:
         for worker in self._workers:
@@ -359,6 +408,11 @@ def _remove_orphaned_directories(root: str | None = None) -> None:
             continue
 
 
+def _address(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 async def _drain(stream: asyncio.StreamReader) -> None:
     while await stream.read(65536):
         pass
@@ -374,6 +428,7 @@ class WorkerContext:
         self.index = index
         self._dir = Path(directory)
         self._path = self._dir / f"worker-{index}.sock"
+        self._snapshot = _snapshot_path(self._dir, index, os.getpid())
         self._server: asyncio.AbstractServer | None = None
         self._local: Callable[[], bytes] = lambda: b""
 
@@ -410,9 +465,17 @@ class WorkerContext:
         with contextlib.suppress(FileNotFoundError):
             self._path.unlink()
 
+    def _own_exposition(self) -> bytes:
+        """This worker's exposition, its snapshot kept for the supervisor (see module doc)."""
+        text = self._local()
+        # On failure the scrape still answers; only a later death would lose counts.
+        with contextlib.suppress(OSError):
+            _write_atomically(self._snapshot, text)
+        return text
+
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            writer.write(self._local())
+            writer.write(self._own_exposition())
             await writer.drain()
         except ConnectionError:
             pass
@@ -428,10 +491,13 @@ class WorkerContext:
         paths = sorted(self._sibling_paths(), key=_worker_number)
         texts = await asyncio.gather(*(self._read(path) for path in paths))
         live = [(str(_worker_number(p)), t) for p, t in zip(paths, texts, strict=True) if t]
+        # Dead workers' counters and histograms (nothing per process in it).
+        with contextlib.suppress(FileNotFoundError):
+            live.append(("retired", (self._dir / _RETIRED).read_text()))
         return merge_expositions([text for _, text in live], [number for number, _ in live])
 
     async def _read(self, path: Path) -> str | None:
-        return self._local().decode() if path == self._path else await _fetch(path)
+        return self._own_exposition().decode() if path == self._path else await _fetch(path)
 
     def _sibling_paths(self) -> Iterator[Path]:
         return self._dir.glob("worker-*.sock")

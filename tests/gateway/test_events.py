@@ -31,7 +31,7 @@ from gateway._events import (
     TargetEjected,
     TargetReadmitted,
 )
-from gateway._metrics import OTHER, GatewayMetrics
+from gateway._metrics import OTHER, UNCONFIGURED, GatewayMetrics
 from gateway.emulator import Emulator, EmulatorConfig
 from gateway.routing import TargetHealth
 
@@ -99,7 +99,8 @@ async def test_without_a_hook_nothing_is_emitted_and_metrics_start_when_asked(
         gw.remove_hook(metrics)
         assert gw.hooks == () and gw._invoker.emit is None  # free again
         await gw.invoke("a", b"x", timeout=2)
-    assert metrics.calls == {"a": 1}  # only the call made while it listened
+    # Only the call made while it listened ("a" is a bare name, not a configured route).
+    assert metrics.calls == {UNCONFIGURED: 1}
     assert metrics.target("a", "a").attempts == {("primary", "won"): 1}
 
 
@@ -149,9 +150,28 @@ async def test_a_hedge_race_reports_winner_and_loser(emulator: Emulator) -> None
     assert metrics.hedge_wins["pair"] == outcomes[("hedge", "won")]
 
 
-async def test_labels_beyond_the_cap_fold_into_other(emulator: Emulator) -> None:
-    async with _gateway(emulator) as gw:
+async def test_unconfigured_names_fold_into_one_label_and_spend_nothing(
+    emulator: Emulator,
+) -> None:
+    async with _gateway(emulator, routes={"pair": _route("a", "b")}) as gw:
         metrics = gw.enable_metrics(label_cap=3)
+        for index in range(12):
+            with pytest.raises(Exception):  # noqa: B017 - any error: the name does not exist
+                await gw.invoke(f"bogus-{index}", b"x", timeout=2)
+        # The configured route keeps its name after any number of bogus ones.
+        await gw.invoke("pair", b"x", timeout=2)
+    assert metrics.calls == {UNCONFIGURED: 12, "pair": 1}
+    pairs = set(metrics.targets)
+    assert (UNCONFIGURED, UNCONFIGURED) in pairs
+    assert pairs - {(UNCONFIGURED, UNCONFIGURED)} <= {("pair", "a"), ("pair", "b")}
+
+
+async def test_without_configured_routes_labels_beyond_the_cap_fold_into_other(
+    emulator: Emulator,
+) -> None:
+    async with _gateway(emulator) as gw:
+        metrics = GatewayMetrics(label_cap=3)  # no list of routes: any name, capped
+        gw.add_hook(metrics)
         # Unknown endpoint names: each is a default route of its own.
         for index in range(12):
             with pytest.raises(Exception):  # noqa: B017 - any error: the name does not exist

@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import gateway
 from gateway._build import build_kind
-from gateway._metrics import LATENCY_BUCKETS_S, OTHER
+from gateway._metrics import LATENCY_BUCKETS_S, UNCONFIGURED
 from gateway._server.http import Server
 from gateway.emulator import Emulator, EmulatorConfig
 from gateway.errors import ConfigError
@@ -65,6 +65,7 @@ def _config(emulator: Emulator, bidder: Server, **sidecar: Any) -> dict[str, Any
         "endpoint_url": emulator.url,
         "credentials": {"access_key_id": "AK", "secret_access_key": "SK"},
         "routes": {
+            "echo": {"targets": [{"endpoint": "echo"}]},
             "bid-filter": {
                 "targets": [{"endpoint": "bf-a"}, {"endpoint": "bf-b"}],
                 # Hedge past the median: any stalled answer is hedged.
@@ -75,7 +76,7 @@ def _config(emulator: Emulator, bidder: Server, **sidecar: Any) -> dict[str, Any
                     "quantile": 0.5,
                     "refresh_s": 0.1,
                 },
-            }
+            },
         },
         "cache": {"near_max_entries": 1000},
         # Port 0: the default 8081 may be taken by another run on this machine.
@@ -156,19 +157,26 @@ def test_build_info_names_version_and_build(scraped: dict[str, Any]) -> None:
     assert sample.value == 1
 
 
-def test_caller_chosen_names_are_capped(scraped: dict[str, Any]) -> None:
+def test_caller_chosen_names_count_as_unconfigured(scraped: dict[str, Any]) -> None:
     sidecar_routes = {
         s.labels["route"] for s in scraped["sagemaker_gateway_sidecar_requests"].samples
     }
     gateway_routes = {s.labels["route"] for s in scraped["sagemaker_gateway_calls"].samples}
-    for routes in (sidecar_routes, gateway_routes):
-        assert OTHER in routes
-        assert len(routes - {OTHER, "openrtb"}) <= 5  # openrtb: the proxy's fixed label
+    # Configured names keep theirs, however many bogus names came first; the
+    # rest is one label (openrtb: the proxy's fixed label).
+    assert sidecar_routes == {"echo", "bid-filter", UNCONFIGURED, "openrtb"}
+    assert gateway_routes == {"echo", "bid-filter", UNCONFIGURED}
     attempts = scraped["sagemaker_gateway_attempts"].samples
-    assert len({(s.labels["route"], s.labels["target"]) for s in attempts}) <= 2 * 5 + 1
+    pairs = {(s.labels["route"], s.labels["target"]) for s in attempts}
+    assert pairs == {
+        ("echo", "echo"),
+        ("bid-filter", "bf-a"),
+        ("bid-filter", "bf-b"),
+        (UNCONFIGURED, UNCONFIGURED),
+    }
     # Folded, not lost: all 20 bogus calls are still counted.
-    calls = sum(s.value for s in scraped["sagemaker_gateway_calls"].samples)
-    assert calls >= 20
+    calls = {s.labels["route"]: s.value for s in scraped["sagemaker_gateway_calls"].samples}
+    assert calls[UNCONFIGURED] == 20
 
 
 def test_attempts_are_split_by_kind_and_outcome(scraped: dict[str, Any]) -> None:
@@ -404,7 +412,7 @@ async def test_one_trace_from_traceparent_through_attempts_and_a_hedge_to_the_bi
     assert {f"{s.context.trace_id:032x}" for s in hedged_trace} == {trace_id}
     (server,) = by_name["POST /openrtb2/auction"]
     assert f"{server.parent.span_id:016x}" == "00f067aa0ba902b7"  # continues the caller's
-    (invoke,) = by_name["sagemaker_gateway.invoke"]
+    (invoke,) = by_name["SageMaker Runtime.InvokeEndpoint"]
     assert invoke.parent.span_id == server.context.span_id
     assert invoke.attributes["gateway.route"] == "bid-filter"
     assert invoke.attributes["gateway.hedged"] is True
@@ -464,7 +472,7 @@ async def test_the_sidecar_command_traces_as_the_otel_variables_say(emulator: Em
     finally:
         process.stop()
     # The console exporter prints one JSON object per span, at shutdown's flush.
-    assert '"name": "sagemaker_gateway.invoke"' in printed
+    assert '"name": "SageMaker Runtime.InvokeEndpoint"' in printed
     assert '"name": "sagemaker_gateway.attempt"' in printed
     assert f'"trace_id": "0x{TRACE_ID}"' in printed
     assert '"service.name": "bid-sidecar-test"' in printed

@@ -8,6 +8,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import Gateway
+from gateway._metrics import UNCONFIGURED
 from gateway.emulator import Emulator
 from gateway.sidecar import Sidecar
 from tests.sidecar.conftest import ClientFactory
@@ -54,15 +55,21 @@ async def test_metrics_parse_and_count(
         for s in families["sagemaker_gateway_sidecar_requests"].samples
         if s.name == "sagemaker_gateway_sidecar_requests_total"
     }
-    assert requests[("invoke", "echo", "200")] == 3
-    assert requests[("invoke", "constant", "400")] == 1
+    # Bare endpoint names, not configured routes: one label for them all.
+    assert requests[("invoke", UNCONFIGURED, "200")] == 3
+    assert requests[("invoke", UNCONFIGURED, "400")] == 1
     assert {s.value for s in families["sagemaker_gateway_sidecar_in_flight"].samples} == {0}
     rejected = {
         s.labels["reason"]: s.value for s in families["sagemaker_gateway_sidecar_rejected"].samples
     }
-    assert rejected == {"unknown_operation": 1}
+    assert {reason: n for reason, n in rejected.items() if n} == {"unknown_operation": 1}
+    assert rejected["in_flight_cap"] == 0  # there from the start
     latency = families["sagemaker_gateway_sidecar_request_duration_seconds"]
-    count = next(s for s in latency.samples if s.name.endswith("_count"))
+    count = next(
+        s
+        for s in latency.samples
+        if s.name.endswith("_count") and s.labels["operation"] == "invoke"
+    )
     assert count.value == 4
     # The gateway's own collector is registered too.
     assert any(name.startswith("sagemaker_gateway") for name in families)
