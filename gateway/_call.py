@@ -83,6 +83,9 @@ _FAILURE = Outcome.FAILURE
 _NEUTRAL = Outcome.NEUTRAL
 _CANCELLED = Outcome.CANCELLED
 _HEDGE_WON = "gateway: a hedge attempt answered first"
+# The hedge went to the primary's own target (no other was left): the loss says
+# nothing about that target, so it is not charged for it.
+_HEDGE_WON_SAME_TARGET = "gateway: a hedge attempt on the same target answered first"
 _PRIMARY_WON = "gateway: the primary attempt answered first"
 _MAX_PLANS = 4096
 
@@ -182,7 +185,7 @@ def attempt_outcome(error: BaseException | None) -> str:
         return WON
     if isinstance(error, asyncio.CancelledError):
         reason = error.args[0] if error.args else None
-        return LOST if reason in (_HEDGE_WON, _PRIMARY_WON) else CANCELLED
+        return LOST if reason in (_HEDGE_WON, _HEDGE_WON_SAME_TARGET, _PRIMARY_WON) else CANCELLED
     return FAILED
 
 
@@ -443,7 +446,7 @@ class Invoker:
             # Wake the caller, still awaiting the primary, with a cancellation
             # it recognises: the primary attempt unwinds and is drained.
             race.woke_caller = True
-            race.caller.cancel(_HEDGE_WON)
+            race.caller.cancel(_HEDGE_WON if backup is not primary else _HEDGE_WON_SAME_TARGET)
         return result
 
     @staticmethod

@@ -37,6 +37,8 @@ MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 # Limits on a response head, as the servers in this project apply to requests.
 MAX_HEAD_BYTES = 64 * 1024
 MAX_HEADERS = 128
+# poll(2), for the check before reuse; Windows has none (the check is skipped there).
+_CAN_POLL = hasattr(select, "poll")
 # Bytes buffered on a streaming response before the socket stops reading.
 _STREAM_HIGH_WATER = 1024 * 1024
 
@@ -105,7 +107,7 @@ class Connection:
         self._transport = cast(asyncio.Transport, transport)
         self._pool.options_apply(self._transport)
         sock = self._transport.get_extra_info("socket")
-        if sock is not None:
+        if sock is not None and _CAN_POLL:
             poller = select.poll()
             poller.register(sock.fileno(), select.POLLIN)
             self._poller = poller

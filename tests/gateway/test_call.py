@@ -15,8 +15,15 @@ from typing import Any
 import pytest
 
 from gateway import Gateway, InvokeResult, errors
-from gateway._call import _HEDGE_WON, _PRIMARY_WON, cancelled_outcome, outcome_of
-from gateway._events import HEDGE, PRIMARY
+from gateway._call import (
+    _HEDGE_WON,
+    _HEDGE_WON_SAME_TARGET,
+    _PRIMARY_WON,
+    attempt_outcome,
+    cancelled_outcome,
+    outcome_of,
+)
+from gateway._events import HEDGE, LOST, PRIMARY
 from gateway.routing import Outcome
 from tests.gateway._scripted import Held, ScriptedTransport
 
@@ -237,6 +244,10 @@ def test_a_primary_that_lost_to_its_hedge_is_charged_to_its_target() -> None:
         Outcome.CANCELLED
     )
     assert cancelled_outcome(asyncio.CancelledError(), PRIMARY, later) is Outcome.CANCELLED
+    # A hedge on the primary's own target (none other left) says nothing about it.
+    same_target = asyncio.CancelledError(_HEDGE_WON_SAME_TARGET)
+    assert cancelled_outcome(same_target, PRIMARY, later) is Outcome.CANCELLED
+    assert attempt_outcome(same_target) == LOST
 
 
 def test_an_attempt_cancelled_at_its_deadline_is_charged_to_its_target() -> None:
