@@ -369,3 +369,11 @@ def test_a_4300_digit_worker_count_is_a_one_line_error() -> None:
     lines = result.stderr.decode().splitlines()
     assert len(lines) == 1
     assert lines[0].startswith("sidecar: SAGEMAKER_GATEWAY__SIDECAR__WORKERS (sidecar.workers)")
+
+
+def test_a_secret_file_key_in_the_config_file_follows_the_same_rules(tmp_path: Path) -> None:
+    fifo = tmp_path / "token"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError) as raised:
+        apply_environment({"sidecar": {"auth": {"token_file": str(fifo)}}}, {})
+    assert str(raised.value) == f"sidecar.auth.token_file: secret file {fifo} is not a regular file"

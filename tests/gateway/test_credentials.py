@@ -464,7 +464,11 @@ async def test_a_hanging_credentials_endpoint_never_holds_a_call_past_its_deadli
                     # call's own 1 s deadline is what bounds its wait.
                     result = await asyncio.wait_for(gateway.invoke("echo", b"x", timeout=1.0), 2.5)
                     assert result.body == b"x"
-                assert endpoint.requests == 2  # one refresh, hanging, shared by every call
+                # The refresh the first call started reaches the endpoint (in its
+                # thread) and hangs there; later calls start no other.
+                await wait_for(lambda: endpoint.requests == 2)
+                result = await asyncio.wait_for(gateway.invoke("echo", b"y", timeout=1.0), 2.5)
+                assert result.body == b"y" and endpoint.requests == 2
                 assert source.usable()
         finally:
             await source.aclose()
@@ -481,6 +485,6 @@ async def test_expired_credentials_and_a_hanging_refresh_fail_by_the_deadline() 
             with pytest.raises(errors.SignatureError) as caught:
                 await asyncio.wait_for(source.fresh(time.monotonic() + 0.2), 2.0)
             assert caught.value.code == "ExpiredTokenException"
-            assert endpoint.requests == 2
+            await wait_for(lambda: endpoint.requests == 2)  # the refresh, hanging
         finally:
             await source.aclose()
