@@ -30,12 +30,16 @@ async def test_in_flight_cap_answers_throttling(
         Sidecar(gateway, "127.0.0.1", 0, config=config) as sidecar,
         httpx.AsyncClient(base_url=sidecar.url, timeout=10) as http,
     ):
+        # Built and warmed first: a boto3 client's first call takes about as long as
+        # the slow endpoint's answer on a busy machine.
+        client = boto_client(sidecar.url)
+        warm = await asyncio.to_thread(client.invoke_endpoint, EndpointName="echo", Body=b"w")
+        assert warm["Body"].read() == b"w"
         held = [
             asyncio.create_task(http.post("/endpoints/slow/invocations", content=b"x"))
             for _ in range(2)
         ]
         await _wait_for(lambda: sidecar.app.in_flight == 2, "two calls in flight")
-        client = boto_client(sidecar.url)
         with pytest.raises(ClientError) as caught:
             await asyncio.to_thread(client.invoke_endpoint, EndpointName="echo", Body=b"x")
         response = caught.value.response
