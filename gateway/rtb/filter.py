@@ -34,8 +34,10 @@ from __future__ import annotations
 import asyncio
 import enum
 import functools
+import logging
 import math
 import random
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, Protocol
@@ -44,7 +46,14 @@ from gateway.cache import Entry, PredictionCacheProtocol
 from gateway.rtb._batcher import Batch, BatchCounters, MicroBatcher
 from gateway.rtb.features import FeatureSpec, load_bundled_spec
 from gateway.rtb.policy import FilterPolicy
-from gateway.rtb.request import BidRequest, parse_record, record_index, record_view
+from gateway.rtb.request import (
+    DEFAULT_MAX_REQUEST_BYTES,
+    BidRequest,
+    InvalidBidRequest,
+    parse_record,
+    record_index,
+    record_view,
+)
 from gateway.rtb.xgb import BUNDLED_MODEL_PATH, XGBoostModel
 
 __all__ = [
@@ -88,6 +97,7 @@ class Reason(enum.Enum):
     EXPLORED = "explored"  # below threshold, kept by the exploration draw
     FAILED_OPEN = "failed_open"  # no score in time (timeout, error): kept
     SHADOW = "shadow"  # below threshold, kept because the filter only observes
+    UNREADABLE = "unreadable"  # not scored: unreadable or over the size limit; kept
 
 
 class Decision:
@@ -137,6 +147,8 @@ class Decision:
 
 
 _FAILED_OPEN: Final = Decision(True, None, Reason.FAILED_OPEN)
+_UNREADABLE: Final = Decision(True, None, Reason.UNREADABLE)
+_log = logging.getLogger("gateway.rtb")
 
 
 @dataclass(slots=True)
@@ -148,6 +160,8 @@ class FilterStats:
     failed_open: int = 0
     explored: int = 0
     shadowed: int = 0  # shadow mode: would have been dropped
+    unreadable: int = 0  # kept unscored: unreadable, or over max_request_bytes
+    unreadable_reasons: dict[str, int] = field(default_factory=dict)  # InvalidBidRequest.reason
     cache_near_hits: int = 0  # rows scored from the in-process tier (at submit or in a batch)
     cache_redis_hits: int = 0  # rows scored from Redis (one MGET per batch)
     cache_misses: int = 0  # rows the cache did not answer: scored upstream (or shared)
@@ -172,6 +186,12 @@ class BidFilter:
     end of the loop turn in which it reaches `min_batch` rows, else when its
     oldest row has waited `max_wait` (see `gateway.rtb._batcher`).
 
+    A body the filter cannot read (see the README's coercion table for
+    what it reads), or one over `max_request_bytes`, is kept unscored
+    (`Reason.UNREADABLE`, counted by reason, logged at most once a minute
+    per reason): a pre-filter must not throw away an auction the bidder
+    might read. With `strict`, `InvalidBidRequest` is raised instead.
+
     `cache` (e.g. ``gateway.prediction_cache``; never picked up implicitly)
     shares scores between identical feature rows, see the module docstring;
     `model_version` goes into every key, `cache_timeout` bounds a batch's
@@ -195,7 +215,14 @@ class BidFilter:
         cache: ScoreCache | None = None,
         model_version: str | None = None,
         cache_timeout: float = 0.005,
+        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+        strict: bool = False,
     ) -> None:
+        if max_request_bytes < 1:
+            raise ValueError("max_request_bytes must be >= 1")
+        self._max_request_bytes = max_request_bytes
+        self._strict = strict
+        self._unreadable_logged: dict[str, float] = {}  # reason -> when last logged
         self._scorer = scorer
         self._endpoint = endpoint
         self._spec = spec if spec is not None else load_bundled_spec()
@@ -242,6 +269,14 @@ class BidFilter:
         return self._policy
 
     @property
+    def strict(self) -> bool:
+        return self._strict
+
+    @property
+    def max_request_bytes(self) -> int:
+        return self._max_request_bytes
+
+    @property
     def cache_tag(self) -> str | None:
         """The version tag of this filter's cache keys (None without a cache)."""
         return self._cache_tag if self._cache is not None else None
@@ -251,6 +286,7 @@ class BidFilter:
         """A snapshot of the counters."""
         counters = self._batch_counters
         snapshot = FilterStats(**{n: getattr(self._counts, n) for n in _OWN_COUNTERS})
+        snapshot.unreadable_reasons = dict(self._counts.unreadable_reasons)
         snapshot.batches = counters.batches
         snapshot.timeouts = counters.timeouts
         snapshot.errors = counters.errors
@@ -277,7 +313,8 @@ class BidFilter:
 
         For callers that are callbacks rather than coroutines (a protocol's
         data handler, a load generator): no task is needed per request.
-        Parsing happens here, so `InvalidBidRequest` is raised at once.
+        Parsing happens here: an unreadable body is decided at once (kept
+        unscored), or with `strict` raises `InvalidBidRequest` at once.
         """
         spec = self._spec
         policy = self._policy
@@ -289,7 +326,12 @@ class BidFilter:
         else:
             # Raw bytes stop at the record: the row and tmax are read from it,
             # and the view is built only if a segment threshold has to look.
-            record = parse_record(request)
+            try:
+                record = parse_record(request, max_bytes=self._max_request_bytes)
+            except InvalidBidRequest as problem:
+                if self._strict:
+                    raise
+                return self._decided(self.unreadable(problem))
             row = spec.record_csv_row(record, now)
             tmax = record[_TMAX]
             view = record_view(record) if segmented else None
@@ -328,8 +370,8 @@ class BidFilter:
     ) -> Decision:
         """Keep or drop one request. `now` (Unix time) drives the hour/day features.
 
-        Raw bytes are parsed first; `InvalidBidRequest` propagates (the caller
-        answers it, typically with HTTP 400 or "no bid").
+        Raw bytes are parsed first; an unreadable body is kept unscored
+        (`Reason.UNREADABLE`), or with `strict` raises `InvalidBidRequest`.
         """
         return await self.submit(request, now=now, route=route, budget=budget)
 
@@ -347,6 +389,29 @@ class BidFilter:
 
     async def aclose(self) -> None:
         await self._batcher.aclose()
+
+    def unreadable(self, problem: InvalidBidRequest) -> Decision:
+        """Count (and log, at most once a minute per reason) a request kept unscored."""
+        counts = self._counts
+        counts.kept += 1
+        counts.unreadable += 1
+        reason = problem.reason
+        reasons = counts.unreadable_reasons
+        reasons[reason] = reasons.get(reason, 0) + 1
+        now = time.monotonic()
+        last = self._unreadable_logged.get(reason)
+        if last is None or now - last >= _UNREADABLE_LOG_INTERVAL:
+            self._unreadable_logged[reason] = now
+            _log.warning(
+                "bid request kept unscored (%s, %d so far): %s", reason, reasons[reason], problem
+            )
+        return _UNREADABLE
+
+    @staticmethod
+    def _decided(decision: Decision) -> asyncio.Future[Decision]:
+        future: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()
+        future.set_result(decision)
+        return future
 
     def _apply(self, score: float | None, threshold: float) -> Decision:
         counts = self._counts
@@ -476,6 +541,7 @@ class BidFilter:
 
 
 _KEY_MEMO_LIMIT: Final = 16384
+_UNREADABLE_LOG_INTERVAL: Final = 60.0
 _TMAX: Final = record_index(BidRequest, "tmax")
 
 _OWN_COUNTERS: Final = (
@@ -484,6 +550,7 @@ _OWN_COUNTERS: Final = (
     "failed_open",
     "explored",
     "shadowed",
+    "unreadable",
     "cache_near_hits",
     "cache_redis_hits",
     "cache_misses",
