@@ -162,6 +162,8 @@ class FilterStats:
     shadowed: int = 0  # shadow mode: would have been dropped
     unreadable: int = 0  # kept unscored: unreadable, or over max_request_bytes
     unreadable_reasons: dict[str, int] = field(default_factory=dict)  # InvalidBidRequest.reason
+    rows: int = 0  # feature rows computed by the filter's spec
+    out_of_vocabulary: dict[str, int] = field(default_factory=dict)  # feature -> rows unknown
     cache_near_hits: int = 0  # rows scored from the in-process tier (at submit or in a batch)
     cache_redis_hits: int = 0  # rows scored from Redis (one MGET per batch)
     cache_misses: int = 0  # rows the cache did not answer: scored upstream (or shared)
@@ -192,6 +194,11 @@ class BidFilter:
     per reason): a pre-filter must not throw away an auction the bidder
     might read. With `strict`, `InvalidBidRequest` is raised instead.
 
+    Drift: the spec counts, per categorical or target feature, the rows
+    whose value it did not know (`stats.out_of_vocabulary`, against
+    `stats.rows`). Every `oov_window` rows the filter checks the window's
+    shares and logs a warning naming each feature past `oov_warning_share`.
+
     `cache` (e.g. ``gateway.prediction_cache``; never picked up implicitly)
     shares scores between identical feature rows, see the module docstring;
     `model_version` goes into every key, `cache_timeout` bounds a batch's
@@ -217,6 +224,8 @@ class BidFilter:
         cache_timeout: float = 0.005,
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
         strict: bool = False,
+        oov_warning_share: float = 0.5,
+        oov_window: int = 10_000,
     ) -> None:
         if max_request_bytes < 1:
             raise ValueError("max_request_bytes must be >= 1")
@@ -226,6 +235,13 @@ class BidFilter:
         self._scorer = scorer
         self._endpoint = endpoint
         self._spec = spec if spec is not None else load_bundled_spec()
+        if oov_window < 1:
+            raise ValueError("oov_window must be >= 1")
+        self._oov_warning_share = oov_warning_share
+        self._oov_window = oov_window
+        self._spec_counters: list[int] = self._spec.counters
+        self._oov_next = self._spec_counters[0] + oov_window
+        self._oov_seen = list(self._spec_counters)  # the counters when the window began
         self._invoke: Callable[..., Any] = scorer.invoke
         self._cache = cache
         self._cache_timeout = cache_timeout
@@ -287,6 +303,7 @@ class BidFilter:
         counters = self._batch_counters
         snapshot = FilterStats(**{n: getattr(self._counts, n) for n in _OWN_COUNTERS})
         snapshot.unreadable_reasons = dict(self._counts.unreadable_reasons)
+        snapshot.rows, snapshot.out_of_vocabulary = self._spec.out_of_vocabulary()
         snapshot.batches = counters.batches
         snapshot.timeouts = counters.timeouts
         snapshot.errors = counters.errors
@@ -335,6 +352,8 @@ class BidFilter:
             row = spec.record_csv_row(record, now)
             tmax = record[_TMAX]
             view = record_view(record) if segmented else None
+        if self._spec_counters[0] >= self._oov_next:
+            self._check_out_of_vocabulary()
         if budget is None:
             budget = self.budget_for(tmax)
         if route is None and not segmented:
@@ -406,6 +425,27 @@ class BidFilter:
                 "bid request kept unscored (%s, %d so far): %s", reason, reasons[reason], problem
             )
         return _UNREADABLE
+
+    def _check_out_of_vocabulary(self) -> None:
+        """Warn about each feature whose unknown values passed the share in this window."""
+        now = list(self._spec_counters)
+        rows = now[0] - self._oov_seen[0]
+        drifting = [
+            f"{name} {(count - seen) / rows:.0%}"
+            for name, count, seen in zip(
+                self._spec.lookups, now[1:], self._oov_seen[1:], strict=True
+            )
+            if rows > 0 and (count - seen) / rows > self._oov_warning_share
+        ]
+        if drifting:
+            _log.warning(
+                "features out of vocabulary in the last %d rows (warning past %.0f%%): %s",
+                rows,
+                self._oov_warning_share * 100,
+                ", ".join(drifting),
+            )
+        self._oov_seen = now
+        self._oov_next = now[0] + self._oov_window
 
     @staticmethod
     def _decided(decision: Decision) -> asyncio.Future[Decision]:

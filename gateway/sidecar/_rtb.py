@@ -101,6 +101,7 @@ class RtbConfig:
     max_inflated_bytes: int = setting(default=1024 * 1024, ge=1)
     max_request_bytes: int = setting(default=DEFAULT_MAX_REQUEST_BYTES, ge=1)
     strict: bool = False
+    oov_warning_share: float = setting(default=0.5, ge=0, le=1)
 
     def __post_init__(self) -> None:
         if not self.bidders:
@@ -173,6 +174,19 @@ class RtbMetrics:
         for reason, count in stats.unreadable_reasons.items():
             unreadable.add_metric([reason], count)
         yield unreadable
+        yield CounterMetricFamily(
+            "sagemaker_gateway_rtb_feature_rows",
+            "Feature rows computed (the denominator of the out-of-vocabulary shares).",
+            value=stats.rows,
+        )
+        unknown = CounterMetricFamily(
+            "sagemaker_gateway_rtb_out_of_vocabulary",
+            "Feature rows whose value of this feature the model's encoding did not know.",
+            labels=["feature"],
+        )
+        for feature, count in stats.out_of_vocabulary.items():
+            unknown.add_metric([feature], count)
+        yield unknown
         errors = CounterMetricFamily(
             "sagemaker_gateway_rtb_bidder_errors",
             "Forwarded requests that got no usable bidder answer, by reason.",
@@ -282,6 +296,7 @@ class RtbProxy:
             tmax_margin_share=config.tmax_margin_share,
             max_request_bytes=config.max_request_bytes,
             strict=config.strict,
+            oov_warning_share=config.oov_warning_share,
         )
         self.metrics = RtbMetrics(self.filter)
         self._targets = _bidder_targets(config.bidders)

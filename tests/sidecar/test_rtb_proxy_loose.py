@@ -141,3 +141,17 @@ async def test_strict_mode_refuses_instead(
         counters["sagemaker_gateway_rtb_invalid_total"],
         counters.get("sagemaker_gateway_rtb_unreadable_total"),
     ) == (1, 0)
+
+
+async def test_out_of_vocabulary_values_are_exported_per_feature(
+    rtb_emulator: Emulator, bidder: tuple[ToyBidder, Server]
+) -> None:
+    unseen = orjson.loads(BODY)
+    unseen["app" if "app" in unseen else "site"]["publisher"] = {"id": "never-seen-publisher"}
+    async with proxy_with(rtb_emulator, bidder) as http:
+        await http.post(PATH, content=BODY, headers=KEEP)
+        await http.post(PATH, content=orjson.dumps(unseen), headers=KEEP)
+        counters = await metrics(http)
+    assert counters["sagemaker_gateway_rtb_feature_rows_total"] == 2
+    assert counters["sagemaker_gateway_rtb_out_of_vocabulary_total{feature=advertiser}"] == 1
+    assert counters["sagemaker_gateway_rtb_out_of_vocabulary_total{feature=format}"] == 0
