@@ -114,6 +114,10 @@ class Feature:
             raise ValueError(f"feature {self.name!r}: hash needs buckets > 0")
         if not math.isfinite(self.default):
             raise ValueError(f"feature {self.name!r}: default must be finite")
+        if self.vocabulary and self.transform != "categorical":
+            raise ValueError(f"feature {self.name!r}: a vocabulary is for categorical features")
+        if self.encoding and self.transform != "target":
+            raise ValueError(f"feature {self.name!r}: an encoding is for target features")
         if not all(math.isfinite(rate) for _, rate in self.encoding):
             raise ValueError(f"feature {self.name!r}: encoding values must be finite")
         for path in self.paths:

@@ -62,6 +62,8 @@ def test_encodings_round_trip_and_are_checked() -> None:
     assert orjson.loads(SPEC.to_json())["features"][0]["encoding"] == {"a.com": 0.25}
     with pytest.raises(ValueError, match="finite"):
         Feature("x", "target", ("site.domain",), encoding=(("a", float("nan")),))
+    with pytest.raises(ValueError, match="vocabulary is for categorical"):
+        SPEC.with_vocabularies({"domain": ["x.com"]})  # would be ignored: refused instead
 
 
 async def test_the_filter_exports_and_warns_on_unknown_values(
