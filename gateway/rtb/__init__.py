@@ -33,6 +33,7 @@ from gateway.rtb.features import (
     FeatureSpec,
     default_feature_spec,
     load_bundled_spec,
+    target_feature_spec,
 )
 from gateway.rtb.filter import (
     BidFilter,
@@ -91,4 +92,5 @@ __all__ = [
     "load_bundled_spec",
     "load_model",
     "parse_bid_request",
+    "target_feature_spec",
 ]

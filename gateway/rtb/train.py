@@ -480,7 +480,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--engine", choices=("local", "dask"), default="local")
     parser.add_argument("--scheduler", default=None, help="dask scheduler address (else local)")
-    parser.add_argument("--partitions", type=int, default=None, help="dask: lines per partition")
     args = parser.parse_args(argv)
     outcomes: dict[str, Outcome] | None = None
     if args.outcomes:
