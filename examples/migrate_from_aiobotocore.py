@@ -27,7 +27,11 @@ from gateway.compat import get_session as gateway_get_session
 from gateway.emulator import Emulator
 
 HERE = Path(__file__).resolve().parent
-ROWS = [f"{day},{hour},12,345,6,20,2".encode() for day in range(7) for hour in range(24)]
+ROWS = [
+    f"{day},{hour},0.02,0.03,0.02,0.02,2,0.03,0.02,0".encode()
+    for day in range(7)
+    for hour in range(24)
+]  # the bid filter's ten features
 
 
 async def score_requests(get_session: Callable[[], Any], url: str) -> dict[str, Any]:

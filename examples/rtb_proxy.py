@@ -22,11 +22,16 @@ from pathlib import Path
 import httpx
 
 from gateway.emulator import Emulator
+from gateway.rtb import load_bundled_spec, parse_bid_request
 from gateway.rtb.bidder import ToyBidder
 from gateway.rtb.synth import SyntheticTraffic
 from gateway.sidecar import Sidecar
 
 HERE = Path(__file__).resolve().parent
+# One feature row of a synthetic request, in the bundled model's spec.
+WARM_UP_ROW = load_bundled_spec().to_csv_row(
+    parse_bid_request(next(SyntheticTraffic(seed=1).generate(1)).body), 1_717_597_800.0
+)
 
 
 async def main() -> None:
@@ -48,7 +53,7 @@ async def main() -> None:
                 # compiles the model on first use, longer than a request's budget.
                 for endpoint in ("bid-filter", "bid-filter-b"):
                     await sidecar.gateway.invoke(
-                        endpoint, b"1,2,3,4,5,6,7", content_type="text/csv", timeout=5.0
+                        endpoint, WARM_UP_ROW, content_type="text/csv", timeout=5.0
                     )
                 for start in range(0, len(traffic), 50):  # 50 auctions in flight at a time
                     answers = await asyncio.gather(

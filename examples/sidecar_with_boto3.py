@@ -42,7 +42,7 @@ def main() -> None:
                 aws_secret_access_key="anything",
                 config=botocore.config.Config(retries={"max_attempts": 1}),
             )
-            row = b"3,19,12,345,6,20,2"  # one row of the bid filter's seven features
+            row = b"3,19,0.02,0.03,0.02,0.02,2,0.03,0.02,0"  # the bid filter's ten features
             # Warm-up, straight to the emulator (it speaks the same API): the first
             # call to an XGBoost endpoint compiles the model, longer than the
             # route's 20 ms deadline.

@@ -9,10 +9,11 @@ As a library::
         ...
         await bid_filter.aclose()
 
-`parse_bid_request` raises `InvalidBidRequest` naming the bad field; answer
-it (HTTP 400), never drop it silently. Scoring is batched (`max_batch`,
-`max_wait`) into one text/csv call per batch, and fails open: no score
-within the request's deadline (`tmax` less `tmax_margin`) keeps it.
+`parse_bid_request` raises `InvalidBidRequest` naming the bad field; the
+filter keeps such a request unscored (`Reason.UNREADABLE`) unless `strict`.
+Scoring is batched (`max_batch`, `max_wait`) into one text/csv call per
+batch, and fails open: no score within the request's deadline (`tmax` less
+`tmax_margin`) keeps it.
 
 As a proxy: the sidecar's ``[rtb]`` table (`gateway.sidecar.RtbConfig`)
 serves ``POST /openrtb2/auction``, answers 204 for dropped requests and
@@ -32,6 +33,7 @@ from gateway.rtb.features import (
     FeatureSpec,
     default_feature_spec,
     load_bundled_spec,
+    target_feature_spec,
 )
 from gateway.rtb.filter import (
     BidFilter,
@@ -90,4 +92,5 @@ __all__ = [
     "load_bundled_spec",
     "load_model",
     "parse_bid_request",
+    "target_feature_spec",
 ]

@@ -20,9 +20,24 @@ Trained vocabularies (see `gateway.rtb.train`) are ordered by smoothed bid
 rate, so a categorical index is monotone in demand and a depth-5 tree can
 split a few thousand domains with a handful of thresholds.
 
+`target_feature_spec` is the spec the bundled model uses: its categorical
+features are smoothed target encodings (a value's bid rate, pulled toward
+the prior), learned on one part of the training log and used as features
+on another, so the trees see how a value the encoding never saw behaves
+(it reads as the prior) next to the segment features (format, device
+class, app or site). A request unlike anything in training scores near
+its segment's base rate, not near zero as an unknown vocabulary index did.
+
+Out of vocabulary: every spec counts, per categorical or target feature,
+the rows whose value was present but unknown (`FeatureSpec.counters`), so
+the filter can export the share and warn on drift.
+
 Transforms:
   hour, day_of_week   from the request time (UTC), passed in or now
   categorical         vocabulary index, 1..N; 0 is the unknown bucket
+  target              the value's encoding (a bid rate); `default` (the
+                      prior) for a value not in it, or absent
+  present             1 when the path has a value, else 0 (e.g. ``app``)
   hash                crc32(value) % buckets + 1; 0 when absent
   numeric             float value, `default` when absent
   device_class        user agent or OpenRTB devicetype -> 0 unknown,
@@ -53,12 +68,14 @@ __all__ = [
     "FeatureSpec",
     "default_feature_spec",
     "load_bundled_spec",
+    "target_feature_spec",
 ]
 
 BUNDLED_FEATURES_PATH: Final = Path(__file__).parent / "data" / "features.json"
 TRANSFORMS: Final = frozenset(
-    {"hour", "day_of_week", "categorical", "hash", "numeric", "device_class"}
+    {"hour", "day_of_week", "categorical", "target", "hash", "numeric", "device_class", "present"}
 )
+_LOOKUPS: Final = frozenset({"categorical", "target"})  # counted when out of vocabulary
 _TIME_TRANSFORMS: Final = frozenset({"hour", "day_of_week"})
 _COMBINES: Final = frozenset({"first", "join"})
 
@@ -84,6 +101,7 @@ class Feature:
     vocabulary: tuple[str, ...] = ()
     buckets: int = 0
     default: float = 0.0
+    encoding: tuple[tuple[str, float], ...] = ()  # target: value -> bid rate
 
     def __post_init__(self) -> None:
         if self.transform not in TRANSFORMS:
@@ -96,6 +114,12 @@ class Feature:
             raise ValueError(f"feature {self.name!r}: hash needs buckets > 0")
         if not math.isfinite(self.default):
             raise ValueError(f"feature {self.name!r}: default must be finite")
+        if self.vocabulary and self.transform != "categorical":
+            raise ValueError(f"feature {self.name!r}: a vocabulary is for categorical features")
+        if self.encoding and self.transform != "target":
+            raise ValueError(f"feature {self.name!r}: an encoding is for target features")
+        if not all(math.isfinite(rate) for _, rate in self.encoding):
+            raise ValueError(f"feature {self.name!r}: encoding values must be finite")
         for path in self.paths:
             _check_path(path, self.name)
 
@@ -107,6 +131,8 @@ class Feature:
             out["combine"] = self.combine
         if self.transform == "categorical":
             out["vocabulary"] = list(self.vocabulary)
+        if self.transform == "target":
+            out["encoding"] = dict(self.encoding)
         if self.buckets:
             out["buckets"] = self.buckets
         if self.default:
@@ -127,6 +153,9 @@ class Feature:
                 vocabulary=tuple(str(v) for v in data.get("vocabulary", ())),
                 buckets=int(data.get("buckets", 0)),
                 default=float(data.get("default", 0.0)),
+                encoding=tuple(
+                    (str(value), float(rate)) for value, rate in data.get("encoding", {}).items()
+                ),
             )
         except KeyError as exc:
             raise ValueError(f"feature spec: missing key {exc.args[0]!r}") from None
@@ -141,6 +170,8 @@ class FeatureSpec:
     _values: _ValuesFunction = field(init=False, repr=False, compare=False)
     _row: _RowFunction = field(init=False, repr=False, compare=False)
     _record_row: _RecordRowFunction = field(init=False, repr=False, compare=False)
+    # [rows, out-of-vocabulary rows of each `lookups` feature...], counted by every call.
+    counters: list[int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         names = [f.name for f in self.features]
@@ -148,7 +179,9 @@ class FeatureSpec:
             raise ValueError("feature spec: duplicate feature names")
         if not names:
             raise ValueError("feature spec: no features")
-        values, row, record_row = _compile(self.features)
+        counters = [0] * (1 + len(self.lookups))
+        values, row, record_row = _compile(self.features, counters)
+        object.__setattr__(self, "counters", counters)
         object.__setattr__(self, "_values", values)
         object.__setattr__(self, "_row", row)
         object.__setattr__(self, "_record_row", record_row)
@@ -156,6 +189,32 @@ class FeatureSpec:
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(f.name for f in self.features)
+
+    @property
+    def lookups(self) -> tuple[str, ...]:
+        """The features whose unknown values are counted (categorical and target)."""
+        return tuple(f.name for f in self.features if f.transform in _LOOKUPS)
+
+    def out_of_vocabulary(self) -> tuple[int, dict[str, int]]:
+        """Rows computed so far, and per lookup feature the rows whose value it did not know."""
+        counters = list(self.counters)  # one copy: rows and counts from the same moment
+        return counters[0], dict(zip(self.lookups, counters[1:], strict=True))
+
+    def with_encodings(
+        self, encodings: Mapping[str, tuple[Mapping[str, float], float]]
+    ) -> FeatureSpec:
+        """A copy whose named target features use the given (encoding, prior)."""
+        features = tuple(
+            replace(
+                f,
+                encoding=tuple(encodings[f.name][0].items()),
+                default=encodings[f.name][1],
+            )
+            if f.name in encodings
+            else f
+            for f in self.features
+        )
+        return FeatureSpec(self.version, features)
 
     def values(self, request: BidRequest, now: float | None = None) -> list[Value]:
         """Feature values in spec order; `now` is a Unix timestamp (default: now)."""
@@ -230,6 +289,31 @@ def default_feature_spec(version: str = "aws-rtb-7") -> FeatureSpec:
     )
 
 
+def target_feature_spec(version: str = "rtb-target-10") -> FeatureSpec:
+    """The AWS seven with target encodings, plus the segment: format, country, app or site."""
+    target = "target"
+    return FeatureSpec(
+        version,
+        (
+            Feature("day_of_week", "day_of_week"),
+            Feature("hour", "hour"),
+            Feature("advertiser", target, ("site.publisher.id", "app.publisher.id")),
+            Feature("domain", target, ("site.domain", "app.bundle")),
+            Feature("region", target, ("device.geo.country", "device.geo.region"), "join"),
+            Feature(
+                "city",
+                target,
+                ("device.geo.country", "device.geo.region", "device.geo.city"),
+                "join",
+            ),
+            Feature("device_type", "device_class", ("device.ua", "device.devicetype")),
+            Feature("country", target, ("device.geo.country",)),
+            Feature("format", target, ("imp.0.kind",)),
+            Feature("app", "present", ("app",)),
+        ),
+    )
+
+
 def load_bundled_spec() -> FeatureSpec:
     """The spec (with vocabularies) the bundled model was trained with."""
     return FeatureSpec.load(BUNDLED_FEATURES_PATH)
@@ -248,9 +332,13 @@ def load_bundled_spec() -> FeatureSpec:
 
 
 def _compile(
-    features: Sequence[Feature],
+    features: Sequence[Feature], counters: list[int]
 ) -> tuple[_ValuesFunction, _RowFunction, _RecordRowFunction]:
-    namespace: dict[str, Any] = {"crc32": zlib.crc32, "device_class": _useragent.device_class}
+    namespace: dict[str, Any] = {
+        "crc32": zlib.crc32,
+        "device_class": _useragent.device_class,
+        "counters": counters,
+    }
     names = [f"v{i}" for i in range(len(features))]
     csv = ",".join("{" + name + "}" for name in names)
     source: list[str] = []
@@ -260,30 +348,45 @@ def _compile(
         ("record_row", True, True),
     ):
         reads = _Reads(record=record)
-        body: list[str] = []
+        body: list[str] = ["    counters[0] += 1"]
+        lookup = 0
         for i, feature in enumerate(features):
-            body += _feature_lines(feature, f"v{i}", namespace, i, reads, text=text)
+            if feature.transform in _LOOKUPS:
+                lookup += 1
+            body += _feature_lines(feature, f"v{i}", namespace, i, reads, text=text, slot=lookup)
         result = f'f"{csv}".encode()' if text else f"[{', '.join(names)}]"
         source += [f"def {function}(r, t):", *reads.lines, *body, f"    return {result}"]
     exec(compile("\n".join(source), "<feature spec>", "exec"), namespace)
     return namespace["values"], namespace["row"], namespace["record_row"]
 
 
-def _reader(feature: Feature) -> Callable[[BidRequest], Any]:
-    """The raw (untransformed) value of one feature; used to build vocabularies."""
+def _reader(feature: Feature, *, record: bool = False) -> Callable[[Any], Any]:
+    """The raw (untransformed) value of one feature, from a view (or a record if
+    `record`): the same reads the rows make; used to learn vocabularies and encodings."""
     namespace: dict[str, Any] = {}
-    reads = _Reads(record=False)
+    reads = _Reads(record=record)
     body = _read_lines(feature, "x", reads)
     source = "\n".join(["def read(r):", *reads.lines, *body, "    return x"])
     exec(compile(source, f"<feature {feature.name}>", "exec"), namespace)
-    read: Callable[[BidRequest], Any] = namespace["read"]
+    read: Callable[[Any], Any] = namespace["read"]
     return read
 
 
 def _feature_lines(
-    feature: Feature, target: str, namespace: dict[str, Any], i: int, reads: _Reads, *, text: bool
+    feature: Feature,
+    target: str,
+    namespace: dict[str, Any],
+    i: int,
+    reads: _Reads,
+    *,
+    text: bool,
+    slot: int,
 ) -> list[str]:
-    """Code that leaves the feature's value in `target` (its CSV text if `text`)."""
+    """Code that leaves the feature's value in `target` (its CSV text if `text`).
+
+    A lookup feature's unknown value (present, not in its table) adds one to
+    ``counters[slot]``; that branch runs only for unknown values.
+    """
     transform = feature.transform
     if transform == "hour":
         return [f"    {target} = (t % 86400) // 3600"]
@@ -291,13 +394,26 @@ def _feature_lines(
         # 1970-01-01 was a Thursday; Monday is 0 as in datetime.weekday().
         return [f"    {target} = (t // 86400 + 3) % 7"]
     lines = _read_lines(feature, "x", reads)
-    if transform == "categorical":
-        if text:
-            namespace[f"text{i}"] = {v: str(n) for n, v in enumerate(feature.vocabulary, start=1)}
-            lines.append(f"    {target} = text{i}.get(x, '0')")
+    if transform in _LOOKUPS:
+        if transform == "categorical":
+            table: dict[str, Any] = {v: n for n, v in enumerate(feature.vocabulary, start=1)}
+            unknown: Any = 0
         else:
-            namespace[f"index{i}"] = {v: n for n, v in enumerate(feature.vocabulary, start=1)}
-            lines.append(f"    {target} = index{i}.get(x, 0)")
+            table = dict(feature.encoding)
+            unknown = feature.default
+        if text:  # the CSV rows take the text from the table: no formatting per call
+            table = {value: str(number) for value, number in table.items()}
+            unknown = str(unknown)
+        kind = "text" if text else "table"  # one namespace serves all three functions
+        namespace[f"{kind}{i}"] = table
+        namespace[f"{kind}_unknown{i}"] = unknown
+        lines += [
+            f"    {target} = {kind}{i}.get(x)",
+            f"    if {target} is None:",
+            f"        {target} = {kind}_unknown{i}",
+            "        if x is not None:",
+            f"            counters[{slot}] += 1",
+        ]
     elif transform == "hash":
         lines.append(
             f"    {target} = 0 if x is None else crc32(str(x).encode()) % {feature.buckets} + 1"
@@ -305,6 +421,8 @@ def _feature_lines(
     elif transform == "numeric":
         namespace[f"numeric{i}"] = _numeric(feature.default)
         lines.append(f"    {target} = numeric{i}(x)")
+    elif transform == "present":
+        lines.append(f"    {target} = 0 if x is None else 1")
     else:
         lines.append(f"    {target} = device_class(x)")
     return lines

@@ -34,8 +34,10 @@ from __future__ import annotations
 import asyncio
 import enum
 import functools
+import logging
 import math
 import random
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, Protocol
@@ -44,7 +46,14 @@ from gateway.cache import Entry, PredictionCacheProtocol
 from gateway.rtb._batcher import Batch, BatchCounters, MicroBatcher
 from gateway.rtb.features import FeatureSpec, load_bundled_spec
 from gateway.rtb.policy import FilterPolicy
-from gateway.rtb.request import BidRequest, parse_record, record_index, record_view
+from gateway.rtb.request import (
+    DEFAULT_MAX_REQUEST_BYTES,
+    BidRequest,
+    InvalidBidRequest,
+    parse_record,
+    record_index,
+    record_view,
+)
 from gateway.rtb.xgb import BUNDLED_MODEL_PATH, XGBoostModel
 
 __all__ = [
@@ -88,6 +97,7 @@ class Reason(enum.Enum):
     EXPLORED = "explored"  # below threshold, kept by the exploration draw
     FAILED_OPEN = "failed_open"  # no score in time (timeout, error): kept
     SHADOW = "shadow"  # below threshold, kept because the filter only observes
+    UNREADABLE = "unreadable"  # not scored: unreadable or over the size limit; kept
 
 
 class Decision:
@@ -137,6 +147,8 @@ class Decision:
 
 
 _FAILED_OPEN: Final = Decision(True, None, Reason.FAILED_OPEN)
+_UNREADABLE: Final = Decision(True, None, Reason.UNREADABLE)
+_log = logging.getLogger("gateway.rtb")
 
 
 @dataclass(slots=True)
@@ -148,6 +160,10 @@ class FilterStats:
     failed_open: int = 0
     explored: int = 0
     shadowed: int = 0  # shadow mode: would have been dropped
+    unreadable: int = 0  # kept unscored: unreadable, or over max_request_bytes
+    unreadable_reasons: dict[str, int] = field(default_factory=dict)  # InvalidBidRequest.reason
+    rows: int = 0  # feature rows computed by the filter's spec
+    out_of_vocabulary: dict[str, int] = field(default_factory=dict)  # feature -> rows unknown
     cache_near_hits: int = 0  # rows scored from the in-process tier (at submit or in a batch)
     cache_redis_hits: int = 0  # rows scored from Redis (one MGET per batch)
     cache_misses: int = 0  # rows the cache did not answer: scored upstream (or shared)
@@ -172,6 +188,17 @@ class BidFilter:
     end of the loop turn in which it reaches `min_batch` rows, else when its
     oldest row has waited `max_wait` (see `gateway.rtb._batcher`).
 
+    A body the filter cannot read (see the README's coercion table for
+    what it reads), or one over `max_request_bytes`, is kept unscored
+    (`Reason.UNREADABLE`, counted by reason, logged at most once a minute
+    per reason): a pre-filter must not throw away an auction the bidder
+    might read. With `strict`, `InvalidBidRequest` is raised instead.
+
+    Drift: the spec counts, per categorical or target feature, the rows
+    whose value it did not know (`stats.out_of_vocabulary`, against
+    `stats.rows`). Every `oov_window` rows the filter checks the window's
+    shares and logs a warning naming each feature past `oov_warning_share`.
+
     `cache` (e.g. ``gateway.prediction_cache``; never picked up implicitly)
     shares scores between identical feature rows, see the module docstring;
     `model_version` goes into every key, `cache_timeout` bounds a batch's
@@ -195,10 +222,26 @@ class BidFilter:
         cache: ScoreCache | None = None,
         model_version: str | None = None,
         cache_timeout: float = 0.005,
+        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+        strict: bool = False,
+        oov_warning_share: float = 0.5,
+        oov_window: int = 10_000,
     ) -> None:
+        if max_request_bytes < 1:
+            raise ValueError("max_request_bytes must be >= 1")
+        self._max_request_bytes = max_request_bytes
+        self._strict = strict
+        self._unreadable_logged: dict[str, float] = {}  # reason -> when last logged
         self._scorer = scorer
         self._endpoint = endpoint
         self._spec = spec if spec is not None else load_bundled_spec()
+        if oov_window < 1:
+            raise ValueError("oov_window must be >= 1")
+        self._oov_warning_share = oov_warning_share
+        self._oov_window = oov_window
+        self._spec_counters: list[int] = self._spec.counters
+        self._oov_next = self._spec_counters[0] + oov_window
+        self._oov_seen = list(self._spec_counters)  # the counters when the window began
         self._invoke: Callable[..., Any] = scorer.invoke
         self._cache = cache
         self._cache_timeout = cache_timeout
@@ -242,6 +285,14 @@ class BidFilter:
         return self._policy
 
     @property
+    def strict(self) -> bool:
+        return self._strict
+
+    @property
+    def max_request_bytes(self) -> int:
+        return self._max_request_bytes
+
+    @property
     def cache_tag(self) -> str | None:
         """The version tag of this filter's cache keys (None without a cache)."""
         return self._cache_tag if self._cache is not None else None
@@ -251,6 +302,8 @@ class BidFilter:
         """A snapshot of the counters."""
         counters = self._batch_counters
         snapshot = FilterStats(**{n: getattr(self._counts, n) for n in _OWN_COUNTERS})
+        snapshot.unreadable_reasons = dict(self._counts.unreadable_reasons)
+        snapshot.rows, snapshot.out_of_vocabulary = self._spec.out_of_vocabulary()
         snapshot.batches = counters.batches
         snapshot.timeouts = counters.timeouts
         snapshot.errors = counters.errors
@@ -277,7 +330,8 @@ class BidFilter:
 
         For callers that are callbacks rather than coroutines (a protocol's
         data handler, a load generator): no task is needed per request.
-        Parsing happens here, so `InvalidBidRequest` is raised at once.
+        Parsing happens here: an unreadable body is decided at once (kept
+        unscored), or with `strict` raises `InvalidBidRequest` at once.
         """
         spec = self._spec
         policy = self._policy
@@ -289,10 +343,17 @@ class BidFilter:
         else:
             # Raw bytes stop at the record: the row and tmax are read from it,
             # and the view is built only if a segment threshold has to look.
-            record = parse_record(request)
+            try:
+                record = parse_record(request, max_bytes=self._max_request_bytes)
+            except InvalidBidRequest as problem:
+                if self._strict:
+                    raise
+                return self._decided(self.unreadable(problem))
             row = spec.record_csv_row(record, now)
             tmax = record[_TMAX]
             view = record_view(record) if segmented else None
+        if self._spec_counters[0] >= self._oov_next:
+            self._check_out_of_vocabulary()
         if budget is None:
             budget = self.budget_for(tmax)
         if route is None and not segmented:
@@ -328,8 +389,8 @@ class BidFilter:
     ) -> Decision:
         """Keep or drop one request. `now` (Unix time) drives the hour/day features.
 
-        Raw bytes are parsed first; `InvalidBidRequest` propagates (the caller
-        answers it, typically with HTTP 400 or "no bid").
+        Raw bytes are parsed first; an unreadable body is kept unscored
+        (`Reason.UNREADABLE`), or with `strict` raises `InvalidBidRequest`.
         """
         return await self.submit(request, now=now, route=route, budget=budget)
 
@@ -347,6 +408,50 @@ class BidFilter:
 
     async def aclose(self) -> None:
         await self._batcher.aclose()
+
+    def unreadable(self, problem: InvalidBidRequest) -> Decision:
+        """Count (and log, at most once a minute per reason) a request kept unscored."""
+        counts = self._counts
+        counts.kept += 1
+        counts.unreadable += 1
+        reason = problem.reason
+        reasons = counts.unreadable_reasons
+        reasons[reason] = reasons.get(reason, 0) + 1
+        now = time.monotonic()
+        last = self._unreadable_logged.get(reason)
+        if last is None or now - last >= _UNREADABLE_LOG_INTERVAL:
+            self._unreadable_logged[reason] = now
+            _log.warning(
+                "bid request kept unscored (%s, %d so far): %s", reason, reasons[reason], problem
+            )
+        return _UNREADABLE
+
+    def _check_out_of_vocabulary(self) -> None:
+        """Warn about each feature whose unknown values passed the share in this window."""
+        now = list(self._spec_counters)
+        rows = now[0] - self._oov_seen[0]
+        drifting = [
+            f"{name} {(count - seen) / rows:.0%}"
+            for name, count, seen in zip(
+                self._spec.lookups, now[1:], self._oov_seen[1:], strict=True
+            )
+            if rows > 0 and (count - seen) / rows > self._oov_warning_share
+        ]
+        if drifting:
+            _log.warning(
+                "features out of vocabulary in the last %d rows (warning past %.0f%%): %s",
+                rows,
+                self._oov_warning_share * 100,
+                ", ".join(drifting),
+            )
+        self._oov_seen = now
+        self._oov_next = now[0] + self._oov_window
+
+    @staticmethod
+    def _decided(decision: Decision) -> asyncio.Future[Decision]:
+        future: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()
+        future.set_result(decision)
+        return future
 
     def _apply(self, score: float | None, threshold: float) -> Decision:
         counts = self._counts
@@ -476,6 +581,7 @@ class BidFilter:
 
 
 _KEY_MEMO_LIMIT: Final = 16384
+_UNREADABLE_LOG_INTERVAL: Final = 60.0
 _TMAX: Final = record_index(BidRequest, "tmax")
 
 _OWN_COUNTERS: Final = (
@@ -484,6 +590,7 @@ _OWN_COUNTERS: Final = (
     "failed_open",
     "explored",
     "shadowed",
+    "unreadable",
     "cache_near_hits",
     "cache_redis_hits",
     "cache_misses",

@@ -87,7 +87,15 @@ def median_threshold(scored: Sequence[Scored]) -> float:
     return scores[len(scores) // 2]
 
 
-def markdown(rows: Sequence[TradeoffRow]) -> str:
+def markdown(rows: Sequence[TradeoffRow], *, labels_only: bool = False) -> str:
+    """The table; ``labels_only`` (a log: no known propensities) keeps the first three columns."""
+    if labels_only:
+        head = [
+            "| threshold | requests dropped | true bids lost |",
+            "|----------:|-----------------:|---------------:|",
+        ]
+        body = [f"| {r.threshold:.4f} | {r.dropped:6.1%} | {r.bids_lost:6.2%} |" for r in rows]
+        return "\n".join(head + body)
     lines = [
         "| threshold | requests dropped | true bids lost | expected bids lost | oracle lost |",
         "|----------:|-----------------:|---------------:|-------------------:|------------:|",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from dataclasses import dataclass, fields
 from typing import Any, Final
@@ -59,7 +60,15 @@ _KIND_SETS: Final = tuple(
 
 
 class InvalidBidRequest(ValueError):
-    """A bid request that is not JSON, not OpenRTB, or breaks a rule."""
+    """A bid request that is not JSON, not OpenRTB, or breaks a rule.
+
+    ``reason`` sorts it for counters and logs: ``too_large``, ``not_json``,
+    ``duplicate_key``, ``too_deep`` or ``invalid`` (any other problem; the message names it).
+    """
+
+    def __init__(self, message: str, reason: str = "invalid") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(slots=True)
@@ -214,7 +223,9 @@ def parse_record(
     its first problem.
     """
     if len(data) > max_bytes:
-        raise InvalidBidRequest(f"request too large: {len(data)} bytes > limit {max_bytes}")
+        raise InvalidBidRequest(
+            f"request too large: {len(data)} bytes > limit {max_bytes}", "too_large"
+        )
     refuse_deep_nesting(data)
     try:
         return decode_record(data)
@@ -236,13 +247,17 @@ def refuse_duplicate_keys(data: bytes | bytearray | memoryview | str) -> None:
     try:
         _PAIRS_DECODER.decode(text)
     except _DuplicateKey as duplicate:
-        raise InvalidBidRequest(f"bid request: duplicate key {duplicate.args[0]!r}") from None
+        raise InvalidBidRequest(
+            f"bid request: duplicate key {duplicate.args[0]!r}", "duplicate_key"
+        ) from None
     except RecursionError:
         # This reader recurses per level. After `parse_record` (which refuses
         # more than MAX_DEPTH levels) it cannot get here; called on its own, it may.
-        raise InvalidBidRequest(f"bid request: nested deeper than {MAX_DEPTH} levels") from None
+        raise InvalidBidRequest(
+            f"bid request: nested deeper than {MAX_DEPTH} levels", "too_deep"
+        ) from None
     except ValueError as exc:  # the validators name any other problem
-        raise InvalidBidRequest(f"not JSON: {exc}") from None
+        raise InvalidBidRequest(f"not JSON: {exc}", "not_json") from None
 
 
 # Every byte but the opening brackets, all but the brackets, and the brackets as
@@ -264,7 +279,7 @@ def refuse_deep_nesting(data: bytes | bytearray | memoryview | str) -> None:
     if len(raw.translate(None, _NOT_OPENING)) <= MAX_DEPTH:
         return
     if _nesting_depth(raw) > MAX_DEPTH:
-        raise InvalidBidRequest(f"bid request: nested deeper than {MAX_DEPTH} levels")
+        raise InvalidBidRequest(f"bid request: nested deeper than {MAX_DEPTH} levels", "too_deep")
 
 
 def _as_bytes(data: bytearray | memoryview | str) -> bytes:
@@ -302,7 +317,7 @@ def validated_record(data: bytes | bytearray | memoryview | str) -> Record:
     try:
         root = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        raise InvalidBidRequest(f"not JSON: {exc}") from None
+        raise InvalidBidRequest(f"not JSON: {exc}", "not_json") from None
     if type(root) is not dict:
         raise InvalidBidRequest(f"bid request: expected object, got {_json_type(root)}")
     return _bid_request(root)
@@ -373,19 +388,21 @@ def _bid_request(root: dict[str, Any]) -> Record:
     tmax = root.get("tmax")
     if tmax is not None:
         if type(tmax) is not int:
-            raise _bad("tmax", "integer", tmax)
+            tmax = _integer(tmax, "tmax")
         if tmax <= 0:
-            raise InvalidBidRequest(f"tmax: must be > 0, got {tmax}")
+            if tmax < 0:
+                raise InvalidBidRequest(f"tmax: must be >= 0, got {tmax}")
+            tmax = None  # 0: several exchanges' way of saying "no limit given"
     at = root.get("at")
     if at is None:
         at = 2  # OpenRTB's default: second-price auction
     elif type(at) is not int:
-        raise _bad("at", "integer", at)
+        at = _integer(at, "at")
     request_id = root.get("id")
     if type(request_id) is not str:
         if request_id is None:
             raise InvalidBidRequest("missing required field: id")
-        raise _bad("id", "string", request_id)
+        request_id = _text(request_id, "id")
     imps = root.get("imp")
     # Nearly every request has one impression: read it without the list walk.
     imps = (_imp(imps[0], 0),) if type(imps) is list and len(imps) == 1 else _imps(imps)
@@ -407,12 +424,7 @@ def _bid_request(root: dict[str, Any]) -> Record:
     cur = root.get("cur")
     cur = () if cur is None else _strings(cur, "cur")
     test = root.get("test")
-    if test is None:
-        test = False
-    elif type(test) is int and (test == 0 or test == 1):
-        test = test == 1
-    else:
-        raise _bad("test", "0 or 1", test)
+    test = False if test is None else _flag(test, "test")
     return (
         request_id, imps, site, app, device, user, regs, has_schain,
         tmax, at, bcat, badv, cur, test,
@@ -449,10 +461,10 @@ def _imp(obj: Any, index: int) -> Record:
             raise _bad(f"imp[{index}].banner", "object", banner)
         w = banner.get("w")
         if w is not None and type(w) is not int:
-            raise _bad(f"imp[{index}].banner.w", "integer", w)
+            w = _integer(w, f"imp[{index}].banner.w")
         h = banner.get("h")
         if h is not None and type(h) is not int:
-            raise _bad(f"imp[{index}].banner.h", "integer", h)
+            h = _integer(h, f"imp[{index}].banner.h")
         sizes = banner.get("format")
         if sizes is not None:
             formats = _formats(sizes, index)
@@ -462,10 +474,10 @@ def _imp(obj: Any, index: int) -> Record:
         if w is None:
             w = video.get("w")
             if w is not None and type(w) is not int:
-                raise _bad(f"imp[{index}].video.w", "integer", w)
+                w = _integer(w, f"imp[{index}].video.w")
             h = video.get("h")
             if h is not None and type(h) is not int:
-                raise _bad(f"imp[{index}].video.h", "integer", h)
+                h = _integer(h, f"imp[{index}].video.h")
     if audio is not None and type(audio) is not dict:
         raise _bad(f"imp[{index}].audio", "object", audio)
     if native is not None and type(native) is not dict:
@@ -478,30 +490,22 @@ def _imp(obj: Any, index: int) -> Record:
         if kind is int:
             bidfloor = float(bidfloor)
         elif kind is not float:
-            raise _bad(f"imp[{index}].bidfloor", "number", bidfloor)
+            bidfloor = _number(bidfloor, f"imp[{index}].bidfloor")
         if bidfloor < 0:
             raise InvalidBidRequest(f"imp[{index}].bidfloor: must be >= 0, got {bidfloor}")
     imp_id = obj.get("id")
     if type(imp_id) is not str:
         if imp_id is None:
             raise InvalidBidRequest(f"missing required field: imp[{index}].id")
-        raise _bad(f"imp[{index}].id", "string", imp_id)
+        imp_id = _text(imp_id, f"imp[{index}].id")
     bidfloorcur = obj.get("bidfloorcur")
     if bidfloorcur is not None and type(bidfloorcur) is not str:
-        raise _bad(f"imp[{index}].bidfloorcur", "string", bidfloorcur)
+        bidfloorcur = _text(bidfloorcur, f"imp[{index}].bidfloorcur")
     instl = obj.get("instl")
-    if instl is None:
-        instl = False
-    elif type(instl) is int and (instl == 0 or instl == 1):
-        instl = instl == 1
-    else:
-        raise _bad(f"imp[{index}].instl", "0 or 1", instl)
+    instl = False if instl is None else _flag(instl, f"imp[{index}].instl")
     secure = obj.get("secure")
     if secure is not None:
-        if type(secure) is int and (secure == 0 or secure == 1):
-            secure = secure == 1
-        else:
-            raise _bad(f"imp[{index}].secure", "0 or 1", secure)
+        secure = _flag(secure, f"imp[{index}].secure")
     return (
         imp_id, kinds[0], kinds, w, h, formats, bidfloor, bidfloorcur or "USD", instl, secure
     )  # fmt: skip
@@ -516,10 +520,10 @@ def _formats(raw: Any, index: int) -> tuple[tuple[int, int], ...]:
             raise _bad(f"imp[{index}].banner.format[{i}]", "object", item)
         w = item.get("w")
         if w is not None and type(w) is not int:
-            raise _bad(f"imp[{index}].banner.format[{i}].w", "integer", w)
+            w = _integer(w, f"imp[{index}].banner.format[{i}].w")
         h = item.get("h")
         if h is not None and type(h) is not int:
-            raise _bad(f"imp[{index}].banner.format[{i}].h", "integer", h)
+            h = _integer(h, f"imp[{index}].banner.format[{i}].h")
         if w is not None and h is not None:
             sizes.append((w, h))  # wratio/hratio formats carry no fixed size
     return tuple(sizes)
@@ -530,23 +534,23 @@ def _publisher(obj: Any, parent: str) -> Record:
         raise _bad(f"{parent}.publisher", "object", obj)
     publisher_id = obj.get("id")
     if publisher_id is not None and type(publisher_id) is not str:
-        raise _bad(f"{parent}.publisher.id", "string", publisher_id)
+        publisher_id = _text(publisher_id, f"{parent}.publisher.id")
     domain = obj.get("domain")
     if domain is not None and type(domain) is not str:
-        raise _bad(f"{parent}.publisher.domain", "string", domain)
+        domain = _text(domain, f"{parent}.publisher.domain")
     return (publisher_id, domain)
 
 
 def _site(obj: dict[str, Any]) -> Record:
     site_id = obj.get("id")
     if site_id is not None and type(site_id) is not str:
-        raise _bad("site.id", "string", site_id)
+        site_id = _text(site_id, "site.id")
     domain = obj.get("domain")
     if domain is not None and type(domain) is not str:
-        raise _bad("site.domain", "string", domain)
+        domain = _text(domain, "site.domain")
     page = obj.get("page")
     if page is not None and type(page) is not str:
-        raise _bad("site.page", "string", page)
+        page = _text(page, "site.page")
     publisher = obj.get("publisher")
     if publisher is not None:
         publisher = _publisher(publisher, "site")
@@ -562,13 +566,13 @@ def _site(obj: dict[str, Any]) -> Record:
 def _app(obj: dict[str, Any]) -> Record:
     app_id = obj.get("id")
     if app_id is not None and type(app_id) is not str:
-        raise _bad("app.id", "string", app_id)
+        app_id = _text(app_id, "app.id")
     domain = obj.get("domain")
     if domain is not None and type(domain) is not str:
-        raise _bad("app.domain", "string", domain)
+        domain = _text(domain, "app.domain")
     bundle = obj.get("bundle")
     if bundle is not None and type(bundle) is not str:
-        raise _bad("app.bundle", "string", bundle)
+        bundle = _text(bundle, "app.bundle")
     publisher = obj.get("publisher")
     if publisher is not None:
         publisher = _publisher(publisher, "app")
@@ -586,66 +590,59 @@ def _geo(obj: Any, parent: str) -> Record:
         raise _bad(f"{parent}.geo", "object", obj)
     country = obj.get("country")
     if country is not None and type(country) is not str:
-        raise _bad(f"{parent}.geo.country", "string", country)
+        country = _text(country, f"{parent}.geo.country")
     region = obj.get("region")
     if region is not None and type(region) is not str:
-        raise _bad(f"{parent}.geo.region", "string", region)
+        region = _text(region, f"{parent}.geo.region")
     city = obj.get("city")
     if city is not None and type(city) is not str:
-        raise _bad(f"{parent}.geo.city", "string", city)
+        city = _text(city, f"{parent}.geo.city")
     lat = obj.get("lat")
     if lat is not None and type(lat) is not float:
-        if type(lat) is not int:
-            raise _bad(f"{parent}.geo.lat", "number", lat)
-        lat = float(lat)
+        lat = _number(lat, f"{parent}.geo.lat")
     lon = obj.get("lon")
     if lon is not None and type(lon) is not float:
-        if type(lon) is not int:
-            raise _bad(f"{parent}.geo.lon", "number", lon)
-        lon = float(lon)
+        lon = _number(lon, f"{parent}.geo.lon")
     return (country, region, city, lat, lon)
 
 
 def _device(obj: dict[str, Any]) -> Record:
     ip = obj.get("ip")
     if ip is not None and type(ip) is not str:
-        raise _bad("device.ip", "string", ip)
+        ip = _text(ip, "device.ip")
     ipv6 = obj.get("ipv6")
     if ipv6 is not None and type(ipv6) is not str:
-        raise _bad("device.ipv6", "string", ipv6)
+        ipv6 = _text(ipv6, "device.ipv6")
     ua = obj.get("ua")
     if ua is not None and type(ua) is not str:
-        raise _bad("device.ua", "string", ua)
+        ua = _text(ua, "device.ua")
     devicetype = obj.get("devicetype")
     if devicetype is not None and type(devicetype) is not int:
-        raise _bad("device.devicetype", "integer", devicetype)
+        devicetype = _integer(devicetype, "device.devicetype")
     os = obj.get("os")
     if os is not None and type(os) is not str:
-        raise _bad("device.os", "string", os)
+        os = _text(os, "device.os")
     osv = obj.get("osv")
     if osv is not None and type(osv) is not str:
-        raise _bad("device.osv", "string", osv)
+        osv = _text(osv, "device.osv")
     make = obj.get("make")
     if make is not None and type(make) is not str:
-        raise _bad("device.make", "string", make)
+        make = _text(make, "device.make")
     model = obj.get("model")
     if model is not None and type(model) is not str:
-        raise _bad("device.model", "string", model)
+        model = _text(model, "device.model")
     geo = obj.get("geo")
     if geo is not None:
         geo = _geo(geo, "device")
     connectiontype = obj.get("connectiontype")
     if connectiontype is not None and type(connectiontype) is not int:
-        raise _bad("device.connectiontype", "integer", connectiontype)
+        connectiontype = _integer(connectiontype, "device.connectiontype")
     js = obj.get("js")
     if js is not None:
-        if type(js) is int and (js == 0 or js == 1):
-            js = js == 1
-        else:
-            raise _bad("device.js", "0 or 1", js)
+        js = _flag(js, "device.js")
     language = obj.get("language")
     if language is not None and type(language) is not str:
-        raise _bad("device.language", "string", language)
+        language = _text(language, "device.language")
     has_ip = ip is not None or ipv6 is not None
     return (ua, devicetype, os, osv, make, model, has_ip, geo, connectiontype, js, language)
 
@@ -653,16 +650,16 @@ def _device(obj: dict[str, Any]) -> Record:
 def _user(obj: dict[str, Any]) -> Record:
     user_id = obj.get("id")
     if user_id is not None and type(user_id) is not str:
-        raise _bad("user.id", "string", user_id)
+        user_id = _text(user_id, "user.id")
     buyeruid = obj.get("buyeruid")
     if buyeruid is not None and type(buyeruid) is not str:
-        raise _bad("user.buyeruid", "string", buyeruid)
+        buyeruid = _text(buyeruid, "user.buyeruid")
     yob = obj.get("yob")
     if yob is not None and type(yob) is not int:
-        raise _bad("user.yob", "integer", yob)
+        yob = _integer(yob, "user.yob")
     gender = obj.get("gender")
     if gender is not None and type(gender) is not str:
-        raise _bad("user.gender", "string", gender)
+        gender = _text(gender, "user.gender")
     geo = obj.get("geo")
     if geo is not None:
         geo = _geo(geo, "user")
@@ -681,11 +678,11 @@ def _regs(regs: Any, user: dict[str, Any] | None) -> Record:
         consent = user.get("consent")
         if consent is not None:
             if type(consent) is not str:
-                raise _bad("user.consent", "string", consent)
+                consent = _text(consent, "user.consent")
         elif user_ext is not None:
             consent = user_ext.get("consent")
             if consent is not None and type(consent) is not str:
-                raise _bad("user.ext.consent", "string", consent)
+                consent = _text(consent, "user.ext.consent")
     if regs is None:
         return _NO_REGS_RECORD if consent is None else (False, None, consent, None, None, ())
     ext = regs.get("ext")
@@ -697,35 +694,30 @@ def _regs(regs: Any, user: dict[str, Any] | None) -> Record:
     if gdpr is None:
         gdpr = ext.get("gdpr")
         if gdpr is not None and type(gdpr) is not int:
-            raise _bad("regs.ext.gdpr", "integer", gdpr)
+            gdpr = int(_flag(gdpr, "regs.ext.gdpr"))  # true, "1", ...
     elif type(gdpr) is not int:
-        raise _bad("regs.gdpr", "integer", gdpr)
+        gdpr = int(_flag(gdpr, "regs.gdpr"))
     us_privacy = regs.get("us_privacy")
     if us_privacy is None:
         us_privacy = ext.get("us_privacy")
         if us_privacy is not None and type(us_privacy) is not str:
-            raise _bad("regs.ext.us_privacy", "string", us_privacy)
+            us_privacy = _text(us_privacy, "regs.ext.us_privacy")
     elif type(us_privacy) is not str:
-        raise _bad("regs.us_privacy", "string", us_privacy)
+        us_privacy = _text(us_privacy, "regs.us_privacy")
     gpp = regs.get("gpp")
     if gpp is None:
         gpp = ext.get("gpp")
         if gpp is not None and type(gpp) is not str:
-            raise _bad("regs.ext.gpp", "string", gpp)
+            gpp = _text(gpp, "regs.ext.gpp")
     elif type(gpp) is not str:
-        raise _bad("regs.gpp", "string", gpp)
+        gpp = _text(gpp, "regs.gpp")
     gpp_sid = regs.get("gpp_sid")
     gpp_sid = () if gpp_sid is None else _integers(gpp_sid, "regs.gpp_sid")
     if not gpp_sid:
         ext_sid = ext.get("gpp_sid")
         gpp_sid = () if ext_sid is None else _integers(ext_sid, "regs.ext.gpp_sid")
     coppa = regs.get("coppa")
-    if coppa is None:
-        coppa = False
-    elif type(coppa) is int and (coppa == 0 or coppa == 1):
-        coppa = coppa == 1
-    else:
-        raise _bad("regs.coppa", "0 or 1", coppa)
+    coppa = False if coppa is None else _flag(coppa, "regs.coppa")
     return (coppa, gdpr, consent, us_privacy, gpp, gpp_sid)
 
 
@@ -752,11 +744,14 @@ def _has_schain(source: Any) -> bool:
 
 def _strings(value: Any, where: str) -> tuple[str, ...]:
     if type(value) is not list:
+        if type(value) is str:
+            return (value,)  # one bare value for a list of one
         raise _bad(where, "array", value)
     for item in value:
         if type(item) is not str:
-            index = next(i for i, x in enumerate(value) if type(x) is not str)
-            raise _bad(f"{where}[{index}]", "string", item)
+            return tuple(
+                [x if type(x) is str else _text(x, f"{where}[{i}]") for i, x in enumerate(value)]
+            )
     return tuple(value)
 
 
@@ -765,9 +760,75 @@ def _integers(value: Any, where: str) -> tuple[int, ...]:
         raise _bad(where, "array", value)
     for item in value:
         if type(item) is not int:
-            index = next(i for i, x in enumerate(value) if type(x) is not int)
-            raise _bad(f"{where}[{index}]", "integer", item)
+            return tuple(
+                [x if type(x) is int else _integer(x, f"{where}[{i}]") for i, x in enumerate(value)]
+            )
     return tuple(value)
+
+
+# --- coercions (cold): the loose types exchanges send -------------------------
+#
+# Reached only when a field's JSON type is not the one OpenRTB names; the
+# README's coercion table lists exactly what each accepts. Whatever none of
+# them reads stays an error naming the field.
+
+_TRUE_TEXTS: Final = frozenset({"1", "true"})
+_FALSE_TEXTS: Final = frozenset({"0", "false"})
+
+
+def _text(value: object, where: str) -> str:
+    """A string field: an integer (or a whole float) is read as its decimal text."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return str(int(value))
+    raise _bad(where, "string", value)
+
+
+def _integer(value: object, where: str) -> int:
+    """An integer field: a whole float, or decimal text ("300", "300.0")."""
+    number = _finite(value)
+    if number is not None and number.is_integer():
+        return int(number)
+    raise _bad(where, "integer", value)
+
+
+def _number(value: object, where: str) -> float:
+    """A number field (given neither float nor int): decimal text ("0.5") is read as its number."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    number = _finite(value) if isinstance(value, str) else None
+    if number is None:
+        raise _bad(where, "number", value)
+    return number
+
+
+def _flag(value: object, where: str) -> bool:
+    """A 0/1 field: also true/false, and "0", "1", "true", "false" as text."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and (value == 0 or value == 1):
+        return value == 1
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in _TRUE_TEXTS:
+            return True
+        if text in _FALSE_TEXTS:
+            return False
+    raise _bad(where, "0 or 1", value)
+
+
+def _finite(value: object) -> float | None:
+    """A float, or a number's decimal text, as a finite float; None for anything else."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if not isinstance(value, str):
+        return None
+    try:
+        number = float(value.strip())
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 # --- errors (cold) ------------------------------------------------------------

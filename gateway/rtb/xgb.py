@@ -16,6 +16,7 @@ headerless rows in, one prediction per line out, in order.
 from __future__ import annotations
 
 import math
+import tarfile
 from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -26,6 +27,8 @@ import orjson
 __all__ = ["BUNDLED_MODEL_PATH", "XGBoostModel", "XGBoostPredictor", "load_model"]
 
 BUNDLED_MODEL_PATH: Final = Path(__file__).parent / "data" / "model.json"
+# The model file in a model.tar.gz, where SageMaker's XGBoost container looks for it.
+SAGEMAKER_MODEL_NAME: Final = "xgboost-model"
 
 _SIGMOID_OBJECTIVES: Final = frozenset({"binary:logistic", "reg:logistic"})
 _IDENTITY_OBJECTIVES: Final = frozenset(
@@ -37,6 +40,16 @@ _LOG_LINK_OBJECTIVES: Final = frozenset({"count:poisson", "reg:gamma", "reg:twee
 _MAX_COMPILED_DEPTH: Final = 90
 
 _Rows = Iterable[Sequence[float]]
+
+
+def _model_bytes(path: Path) -> bytes:
+    if not path.name.endswith((".tar.gz", ".tgz")):
+        return path.read_bytes()
+    with tarfile.open(path, "r:gz") as tar:  # the one member read: no extraction to disk
+        member = tar.extractfile(SAGEMAKER_MODEL_NAME)
+        if member is None:
+            raise KeyError(f"{SAGEMAKER_MODEL_NAME} is not a file")
+        return member.read()
 
 
 def _f32(value: float) -> float:
@@ -103,9 +116,10 @@ class XGBoostModel:
 
     @classmethod
     def load(cls, path: str | Path) -> XGBoostModel:
+        """A JSON model file, or a SageMaker ``model.tar.gz`` holding one as ``xgboost-model``."""
         try:
-            document = orjson.loads(Path(path).read_bytes())
-        except (OSError, orjson.JSONDecodeError) as exc:
+            document = orjson.loads(_model_bytes(Path(path)))
+        except (OSError, tarfile.TarError, KeyError, orjson.JSONDecodeError) as exc:
             raise ValueError(f"cannot load XGBoost model from {path}: {exc}") from None
         if not isinstance(document, dict):
             raise ValueError(f"{path}: not an XGBoost JSON model")

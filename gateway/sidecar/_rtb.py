@@ -44,7 +44,12 @@ from gateway._http.request import PreparedRequest
 from gateway._server.http import Request, Response
 from gateway._tracing import ServerTracing
 from gateway.rtb import BidFilter, Decision, FilterPolicy, Scorer
-from gateway.rtb.request import InvalidBidRequest, parse_bid_request, refuse_duplicate_keys
+from gateway.rtb.request import (
+    DEFAULT_MAX_REQUEST_BYTES,
+    InvalidBidRequest,
+    parse_bid_request,
+    refuse_duplicate_keys,
+)
 from gateway.sidecar._metrics import BUCKETS
 
 __all__ = [
@@ -125,6 +130,9 @@ class RtbConfig:
     bidder_timeout_ms: float = setting(default=100.0, ge=0.001)
     bidder_max_connections: int = setting(default=256, ge=1)
     max_inflated_bytes: int = setting(default=1024 * 1024, ge=1)
+    max_request_bytes: int = setting(default=DEFAULT_MAX_REQUEST_BYTES, ge=1)
+    strict: bool = False
+    oov_warning_share: float = setting(default=0.5, ge=0, le=1)
 
     def __post_init__(self) -> None:
         if not self.bidders:
@@ -182,12 +190,34 @@ class RtbMetrics:
             ("failed_open", stats.failed_open, "Kept because no score came in time."),
             ("explored", stats.explored, "Kept below the threshold by the exploration draw."),
             ("shadowed", stats.shadowed, "Kept below the threshold because of shadow mode."),
-            ("invalid", self.invalid, "Malformed bid requests answered 400."),
+            ("invalid", self.invalid, "Bid requests refused (400, 413, 415)."),
+            ("unreadable", stats.unreadable, "Kept unscored: unreadable or too large."),
             ("score_timeouts", stats.timeouts, "Requests whose score missed the deadline."),
             ("score_errors", stats.errors, "Requests whose scoring call failed."),
         ):
             yield CounterMetricFamily(f"sagemaker_gateway_rtb_{name}", text, value=value)
         yield self._batch_family(stats.batch_sizes)
+        unreadable = CounterMetricFamily(
+            "sagemaker_gateway_rtb_unreadable_by_reason",
+            "Bid requests forwarded unscored, by reason (too_large, not_json, invalid, ...).",
+            labels=["reason"],
+        )
+        for reason, count in stats.unreadable_reasons.items():
+            unreadable.add_metric([reason], count)
+        yield unreadable
+        yield CounterMetricFamily(
+            "sagemaker_gateway_rtb_feature_rows",
+            "Feature rows computed (the denominator of the out-of-vocabulary shares).",
+            value=stats.rows,
+        )
+        unknown = CounterMetricFamily(
+            "sagemaker_gateway_rtb_out_of_vocabulary",
+            "Feature rows whose value of this feature the model's encoding did not know.",
+            labels=["feature"],
+        )
+        for feature, count in stats.out_of_vocabulary.items():
+            unknown.add_metric([feature], count)
+        yield unknown
         errors = CounterMetricFamily(
             "sagemaker_gateway_rtb_bidder_errors",
             "Forwarded requests that got no usable bidder answer, by reason.",
@@ -310,6 +340,9 @@ class RtbProxy:
             default_budget=config.default_budget_ms / 1000,
             tmax_margin=config.tmax_margin_ms / 1000,
             tmax_margin_share=config.tmax_margin_share,
+            max_request_bytes=config.max_request_bytes,
+            strict=config.strict,
+            oov_warning_share=config.oov_warning_share,
         )
         self.metrics = RtbMetrics(self.filter)
         self._targets = _bidder_targets(config.bidders)
@@ -344,15 +377,19 @@ class RtbProxy:
         started = time.perf_counter()
         try:
             body = self._plain_body(request)
-            parsed = parse_bid_request(body)
+            parsed = parse_bid_request(body, max_bytes=self.filter.max_request_bytes)
             # The bidder gets these bytes: it must read what was scored.
             refuse_duplicate_keys(body)
         except BodyRefused as refused:
             self.metrics.invalid += 1
             return Response(refused.status, (_TEXT,), str(refused).encode())
         except InvalidBidRequest as invalid:
+            if not self.filter.strict:  # the bidder may read it: keep it, unscored
+                unscored = _decision_headers(self.filter.unreadable(invalid))
+                return await self._forward(request, unscored, self._bidder_timeout)
             self.metrics.invalid += 1
-            return Response(400, (_TEXT,), str(invalid).encode())
+            status = 413 if invalid.reason == "too_large" else 400
+            return Response(status, (_TEXT,), str(invalid).encode())
         route = request.headers.get(ROUTE_HEADER)
         decision = await self.filter.decide(parsed, route=route)
         decision_headers = _decision_headers(decision)

@@ -200,7 +200,7 @@ async def test_xgboost_bid_filter(boto_client: ClientFactory) -> None:
         scored = await asyncio.to_thread(
             client.invoke_endpoint,
             EndpointName="bid-filter",
-            Body=b"1,2,3,4,5,6,7",
+            Body=b"1,2,0.01,0.02,0.03,0.02,2,0.03,0.02,0",  # the bundled model's ten features
             ContentType="text/csv",
         )
         assert 0.0 <= float(scored["Body"].read()) <= 1.0

@@ -213,7 +213,9 @@ async def test_a_new_spec_or_model_version_never_reads_old_scores(emulator: Emul
 
         old = make(model_version="m1")
         new_model = make(model_version="m2")
-        new_spec = make(model_version="m1", spec=SPEC.with_vocabularies({"domain": ["x.com"]}))
+        new_spec = make(
+            model_version="m1", spec=SPEC.with_encodings({"domain": ({"x.com": 0.5}, 0.02)})
+        )
         assert len({old.cache_tag, new_model.cache_tag, new_spec.cache_tag}) == 3
         assert old.cache_tag is not None and SPEC.fingerprint() in old.cache_tag
         try:

@@ -15,6 +15,7 @@ from gateway.rtb import (
     parse_bid_request,
 )
 from gateway.rtb._useragent import CTV, DESKTOP, MOBILE, TABLET, UNKNOWN, device_class
+from gateway.rtb.features import target_feature_spec
 
 FIXTURES = Path(__file__).parent / "fixtures"
 # Wednesday 2024-06-05 14:30:00 UTC
@@ -79,9 +80,10 @@ def test_json_round_trip_and_bundled_spec() -> None:
     again = FeatureSpec.from_json(spec.to_json())
     assert again == spec and again.fingerprint() == spec.fingerprint()
     bundled = load_bundled_spec()
-    assert bundled.names == default_feature_spec().names
+    assert bundled.names == target_feature_spec().names
     assert bundled.version.endswith(bundled.fingerprint())
-    assert len(bundled.features[3].vocabulary) > 100
+    assert len(bundled.features[3].encoding) > 100
+    assert FeatureSpec.from_json(bundled.to_json()) == bundled
 
 
 @pytest.mark.parametrize(

@@ -287,8 +287,8 @@ async def test_thresholds_by_route_and_segment() -> None:
 async def test_parsed_requests_and_invalid_bytes() -> None:
     bid_filter = make_filter(EchoScorer())
     assert (await bid_filter.decide(parse_bid_request(bid(0.7)))).score == 0.7
-    with pytest.raises(ValueError, match="imp is empty"):
-        await bid_filter.decide(b'{"id": "x", "imp": []}')
+    unreadable = await bid_filter.decide(b'{"id": "x", "imp": []}')
+    assert (unreadable.keep, unreadable.reason) == (True, Reason.UNREADABLE)
 
 
 async def test_aclose_fails_pending_requests_open() -> None:

@@ -21,9 +21,9 @@ def request(**sections: object) -> bytes:
 @pytest.mark.parametrize(
     ("sections", "message"),
     [
-        ({"device": {"ip": "1.2.3.4", "ipv6": 6}}, "device.ipv6: expected string, got integer"),
+        ({"device": {"ip": "1.2.3.4", "ipv6": [6]}}, "device.ipv6: expected string, got array"),
         ({"regs": {"ext": {"gpp_sid": "7"}}}, "regs.ext.gpp_sid: expected array, got string"),
-        ({"regs": {"ext": {"gpp_sid": [7, "8"]}}}, "regs.ext.gpp_sid[1]: expected integer"),
+        ({"regs": {"ext": {"gpp_sid": [7, "x"]}}}, "regs.ext.gpp_sid[1]: expected integer"),
     ],
 )
 def test_error_names_the_exact_path(sections: dict[str, object], message: str) -> None:

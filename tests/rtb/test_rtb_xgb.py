@@ -20,8 +20,10 @@ def model() -> XGBoostModel:
 @pytest.fixture(scope="module")
 def rows() -> np.ndarray:
     rng = np.random.default_rng(42)
-    scale = np.array([7, 24, 400, 3000, 40, 60, 5], dtype=np.float64)
-    matrix = (rng.random((3000, 7)) * scale).astype(np.float32)
+    # The bundled spec's columns: day, hour, four encodings (bid rates), device class,
+    # two more encodings, app (0/1).
+    scale = np.array([7, 24, 0.2, 0.2, 0.1, 0.1, 5, 0.1, 0.1, 2], dtype=np.float64)
+    matrix = (rng.random((3000, 10)) * scale).astype(np.float32)
     matrix[:1000] = np.floor(matrix[:1000])  # integer rows, as the feature spec emits
     matrix[rng.random(matrix.shape) < 0.05] = np.nan  # missing values
     return matrix
@@ -36,7 +38,7 @@ def reference(path: Path, rows: np.ndarray) -> np.ndarray:
 def test_bundled_model_shape(model: XGBoostModel) -> None:
     assert model.objective == "binary:logistic"
     assert len(model.trees) == 50 and max(t.depth for t in model.trees) <= 5
-    assert model.num_features == 7 and model.feature_names[0] == "day_of_week"
+    assert model.num_features == 10 and model.feature_names[0] == "day_of_week"
 
 
 def test_matches_xgboost_on_many_rows(model: XGBoostModel, rows: np.ndarray) -> None:
@@ -68,23 +70,25 @@ def test_matches_a_freshly_trained_model_with_defaults(tmp_path: Path, objective
 
 def test_load_model_plugin_contract() -> None:
     predictor = load_model({})
-    body, content_type = predictor.predict(b"2,14,1,2,2,1,2\n0,3,0,0,0,0,1", "text/csv", "text/csv")
+    rows = b"2,14,0.01,0.02,0.03,0.02,2,0.03,0.02,0\n0,3,0,0,0,0,1,0,0,1"
+    body, content_type = predictor.predict(rows, "text/csv", "text/csv")
     assert content_type == "text/csv" and len(body.splitlines()) == 2
-    body, content_type = predictor.predict(b"2,14,1,2,2,1,2", "text/csv; charset=utf-8", "*/*")
+    row = rows.splitlines()[0]
+    body, content_type = predictor.predict(row, "text/csv; charset=utf-8", "*/*")
     assert content_type == "text/csv" and 0.0 < float(body) < 1.0
-    body, content_type = predictor.predict(b"2,14,1,2,2,1,2", "text/csv", "application/json")
+    body, content_type = predictor.predict(row, "text/csv", "application/json")
     assert content_type == "application/json" and b'"predictions"' in body
 
 
 @pytest.mark.parametrize(
     ("body", "content_type", "accept", "message"),
     [
-        (b"1,2,3", "text/csv", "text/csv", "3 values, the model expects 7"),
-        (b"1,2,3,4,5,6,x", "text/csv", "text/csv", "not a number"),
+        (b"1,2,3", "text/csv", "text/csv", "3 values, the model expects 10"),
+        (b"1,2,3,4,5,6,7,8,9,x", "text/csv", "text/csv", "not a number"),
         (b"", "text/csv", "text/csv", "no rows"),
         (b"\xff", "text/csv", "text/csv", "not ASCII"),
         (b"{}", "application/json", "text/csv", "unsupported content type"),
-        (b"1,2,3,4,5,6,7", "text/csv", "application/x-protobuf", "unsupported accept"),
+        (b"1,2,3,4,5,6,7,8,9,10", "text/csv", "application/x-protobuf", "unsupported accept"),
     ],
 )
 def test_bad_input_is_a_value_error(
@@ -95,7 +99,7 @@ def test_bad_input_is_a_value_error(
 
 
 def test_empty_fields_are_missing_values(model: XGBoostModel) -> None:
-    with_missing = model.predict_csv(b"2,14,,2,,1,2")
+    with_missing = model.predict_csv(b"2,14,,0.02,,0.01,2,,0.03,1")
     assert len(with_missing.splitlines()) == 1
 
 

@@ -139,13 +139,19 @@ async def test_unreachable_bidder_answers_204(rtb_emulator: Emulator) -> None:
         (b'{"imp": [{"id": "1", "banner": {}}]}', "id"),
     ],
 )
-async def test_malformed_bid_request_gets_400_with_the_reason(
-    proxy: httpx.AsyncClient, body: bytes, message: str
+async def test_strict_mode_answers_a_malformed_bid_request_400_with_the_reason(
+    rtb_emulator: Emulator, bidder: tuple[ToyBidder, Server], body: bytes, message: str
 ) -> None:
-    answer = await proxy.post(PATH, content=body, headers=KEEP)
-    assert answer.status_code == 400
-    assert message in answer.text
-    assert (await metrics(proxy))["sagemaker_gateway_rtb_invalid_total"] == 1
+    bidder_url = f"http://127.0.0.1:{bidder[1].port}/bid"
+    async with (
+        Sidecar(config(rtb_emulator.url, [bidder_url], strict=True), "127.0.0.1", 0) as sidecar,
+        httpx.AsyncClient(base_url=sidecar.url, timeout=10.0) as http,
+    ):
+        answer = await http.post(PATH, content=body, headers=KEEP)
+        assert answer.status_code == 400
+        assert message in answer.text
+        assert (await metrics(http))["sagemaker_gateway_rtb_invalid_total"] == 1
+    assert bidder[0].received == []
 
 
 async def test_dead_model_fails_open_and_forwards(
