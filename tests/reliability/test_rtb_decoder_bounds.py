@@ -69,17 +69,16 @@ async def invalid_count(http: httpx.AsyncClient) -> float:
     raise AssertionError("no sagemaker_gateway_rtb_invalid_total in /metrics")
 
 
-async def test_a_request_nested_too_deep_is_a_counted_400_without_a_traceback(
+async def test_a_request_nested_too_deep_goes_unscored_without_a_traceback(
     proxy: httpx.AsyncClient, toy: ToyBidder, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING)
-    for depth in (MAX_DEPTH + 1, 1000):
-        answer = await proxy.post(PATH, content=nested(depth))
-        assert answer.status_code == 400
-        assert f"nested deeper than {MAX_DEPTH} levels" in answer.text
+    bodies = [nested(MAX_DEPTH + 1), nested(1000)]
+    for body in bodies:
+        answer = await proxy.post(PATH, content=body)
+        assert answer.headers["x-bid-filter-reason"] == "unreadable"
 
-    assert await invalid_count(proxy) == 2
-    assert toy.received == []
+    assert [received.body for received in toy.received] == bodies  # a pre-filter never drops
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gateway.rtb import BidFilter, InProcessScorer, InvalidBidRequest
+from gateway.rtb import BidFilter, InProcessScorer, InvalidBidRequest, Reason
 from gateway.rtb.request import (
     MAX_DEPTH,
     parse_bid_request,
@@ -59,12 +59,18 @@ def test_the_duplicate_key_check_alone_refuses_what_its_reader_cannot_recurse_in
         refuse_duplicate_keys(nested(5000))
 
 
-async def test_bid_filter_refuses_a_deep_request_at_submit() -> None:
-    bid_filter = BidFilter(InProcessScorer(), "bid-filter")
+async def test_bid_filter_keeps_a_deep_request_unscored_or_refuses_it_when_strict() -> None:
+    lenient = BidFilter(InProcessScorer(), "bid-filter")
+    strict = BidFilter(InProcessScorer(), "bid-filter", strict=True)
     try:
-        with pytest.raises(InvalidBidRequest, match="nested deeper"):
-            await bid_filter.decide(nested(1000))
-        decision = await bid_filter.decide(nested(MAX_DEPTH))
+        kept = await lenient.decide(nested(1000))
+        assert (kept.keep, kept.score, kept.reason) == (True, None, Reason.UNREADABLE)
+        assert lenient.stats.unreadable_reasons == {"too_deep": 1}
+        with pytest.raises(InvalidBidRequest, match="nested deeper") as refused:
+            await strict.decide(nested(1000))
+        assert refused.value.reason == "too_deep"
+        decision = await lenient.decide(nested(MAX_DEPTH))
         assert decision.score is not None
     finally:
-        await bid_filter.aclose()
+        await lenient.aclose()
+        await strict.aclose()

@@ -65,11 +65,18 @@ async def test_a_loose_request_is_scored_like_its_canonical_form(
     assert bidder[0].received[1].body == loosened()  # forwarded as received
 
 
+# Nested past MAX_DEPTH (64) in an extension: no RecursionError, no traceback.
+DEEP = orjson.dumps({**REQUEST, "ext": {"deep": []}}).replace(b"[]", b"[" * 1000 + b"]" * 1000)
 UNREADABLE = [
     (b"{not json", "not_json"),
     (b'{"id": "x", "imp": []}', "invalid"),
     (orjson.dumps({**REQUEST, "tmax": "soon"}), "invalid"),
     (BODY.replace(b'"id":', b'"id":"decoy","id":', 1), "duplicate_key"),
+    # Nested past MAX_DEPTH (64) in an extension: no RecursionError, no traceback.
+    (
+        orjson.dumps({**REQUEST, "ext": {"deep": []}}).replace(b"[]", b"[" * 1000 + b"]" * 1000),
+        "too_deep",
+    ),
 ]
 
 
