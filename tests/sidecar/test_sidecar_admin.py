@@ -196,3 +196,22 @@ async def test_a_killed_workers_counts_stay_in_the_sum(emulator: Emulator) -> No
                 assert _requests_total(scrape.text) == 40
     finally:
         await asyncio.to_thread(process.stop)
+
+
+# -- how an operator sets it ------------------------------------------------------------
+
+
+def _admin_of(argv: list[str], environ: dict[str, str]) -> str | None:
+    from gateway.sidecar._sidecar import _command_config, _parser
+
+    args = _parser().parse_args(["--upstream", "http://127.0.0.1:1", *argv])
+    _, config = _command_config(args, environ)
+    return config.admin_listen
+
+
+def test_admin_listen_comes_from_the_environment_and_the_flag_wins() -> None:
+    variable = {"SAGEMAKER_GATEWAY__SIDECAR__ADMIN_LISTEN": "0.0.0.0:9191"}
+    assert _admin_of([], variable) == "0.0.0.0:9191"
+    assert _admin_of(["--admin-listen", "off"], variable) == "off"
+    with pytest.raises(ConfigError, match="--admin-listen"):
+        _admin_of(["--admin-listen", "nowhere"], {})
