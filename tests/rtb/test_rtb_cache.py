@@ -147,7 +147,11 @@ async def test_a_second_process_reads_the_scores_from_redis(
     # A fresh gateway and cache (another process): empty near tier, same Redis.
     async with gateway(emulator, redis_url=redis_url, namespace=namespace) as gw:
         counter = RowCounter(gw)
-        bid_filter = BidFilter(counter, "bid-filter", cache=gw.prediction_cache, max_batch=64)
+        # A lookup bound far above Redis's answer time: the test is about hits, not the bound
+        # (the 5 ms default turns hits into misses on a busy machine).
+        bid_filter = BidFilter(
+            counter, "bid-filter", cache=gw.prediction_cache, max_batch=64, cache_timeout=1.0
+        )
         try:
             decisions = await decide_all(bid_filter, bodies)
         finally:
@@ -165,7 +169,9 @@ async def test_mixed_hits_and_misses_keep_order_and_scores(
     primed, fresh = BODIES[:20], BODIES[20:50]
     async with gateway(emulator, redis_url=redis_url, namespace=namespace) as gw:
         counter = RowCounter(gw)
-        bid_filter = BidFilter(counter, "bid-filter", cache=gw.prediction_cache, max_batch=64)
+        bid_filter = BidFilter(
+            counter, "bid-filter", cache=gw.prediction_cache, max_batch=64, cache_timeout=1.0
+        )
         try:
             await decide_all(bid_filter, primed)
             cache = gw.prediction_cache
