@@ -11,6 +11,8 @@ import re
 import tomllib
 from pathlib import Path
 
+from tests._source import parse_file
+
 ROOT = Path(__file__).resolve().parents[1]
 # Distribution name -> the top-level module it installs, where they differ.
 _MODULE_OF = {"prometheus-client": "prometheus_client", "mypy-extensions": "mypy_extensions"}
@@ -24,7 +26,7 @@ def _declared() -> list[str]:
 def _imported() -> set[str]:
     names: set[str] = set()
     for path in (ROOT / "gateway").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(parse_file(path)):
             if isinstance(node, ast.Import):
                 names.update(alias.name.split(".")[0] for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._source import parse_file
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("gateway",)
 # What the independent layers (routing, cache) may import of gateway: the error tree and
@@ -48,7 +50,7 @@ def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> list[str]:
 def imports_of(path: Path) -> set[str]:
     module = _module_of(path)
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(parse_file(path)):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -139,7 +141,7 @@ def test_the_checker_sees_a_forbidden_import(tmp_path: Path) -> None:
 def imports_of_foreign(path: Path, as_module: str) -> set[str]:
     """``imports_of`` for a file outside the tree, read as if it were ``as_module``."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parse_file(path)):
         if isinstance(node, ast.ImportFrom):
             found.update(_resolve(as_module, False, node))
     return {name for name in found if name.split(".")[0] in PACKAGES}

@@ -14,10 +14,13 @@ from gateway._aws.models import INFERENCE_ROUTER_RUNTIME, service_model
 from gateway.emulator import Emulator, EmulatorConfig
 from gateway.emulator._runtime_config import ROUTER_ERROR_CODES
 from gateway.errors import ConfigError
+from gateway.rtb import load_bundled_spec
 from tests._boto import ClientFactory
 from tests.emulator.conftest import ACCESS_KEY, SECRET_KEY
 
 SERVICE = INFERENCE_ROUTER_RUNTIME
+# A CSV row of the bundled bid-filter model's width (the emulator checks it).
+FEATURE_ROW = ",".join("1" for _ in load_bundled_spec().names).encode()
 ACCOUNT = "123456789012"
 
 
@@ -440,7 +443,7 @@ def test_an_unknown_injected_error_is_refused() -> None:
 async def test_the_default_bid_router(boto_client: ClientFactory) -> None:
     async with Emulator(EmulatorConfig.default(seed=1)) as emu:
         router = boto_client(emu.url, service=SERVICE)
-        row = b"3,14,1042,77,5,811,2"
+        row = FEATURE_ROW
         local = await call(
             router, "bid-filter", InferenceRouterName="bid-router", Body=row, ContentType="text/csv"
         )
@@ -465,7 +468,7 @@ async def test_the_command_line_emulator_serves_both_runtimes(boto_client: Clien
             router,
             "bid-filter",
             InferenceRouterName="bid-router",
-            Body=b"3,14,1042,77,5,811,2",
+            Body=FEATURE_ROW,
             ContentType="text/csv",
         )
         assert routed["RoutingReason"] == "local-preferred"

@@ -14,6 +14,7 @@ from gateway.errors import ConfigError, GatewayError
 from gateway.routing import HedgeConfig, RouteConfig, parse_routes
 from gateway.rtb import FilterPolicy
 from gateway.sidecar import RtbConfig, SidecarConfig
+from tests._source import parse_file
 
 ROOT = Path(__file__).resolve().parents[2]
 RTB = {"bidders": ["http://bidder:8080"]}
@@ -190,7 +191,7 @@ def test_rtb_policy_is_the_filters_own_class() -> None:
 
 def test_the_reader_imports_nothing_of_gateway_but_its_errors() -> None:
     path = ROOT / "gateway" / "_config_reader.py"
-    tree = ast.parse(path.read_text())
+    tree = parse_file(path)
     imported = {
         alias.name
         for node in ast.walk(tree)

@@ -31,6 +31,7 @@ from gateway._http.request import RequestSigner
 from gateway.emulator import Emulator
 from gateway.emulator._service import CLOSE_SESSION
 from gateway.sidecar import _app as sidecar_app
+from tests._source import parse_file
 from tests.gateway.conftest import ACCESS_KEY, SECRET_KEY
 
 GATEWAY_METHODS = {
@@ -76,7 +77,7 @@ def _parameters(method: str) -> set[str]:
     Compiled (mypyc) methods do not keep a signature ``inspect`` can read.
     """
     source = Path(errors.__file__).with_name("_client.py")
-    for node in ast.walk(ast.parse(source.read_text())):
+    for node in ast.walk(parse_file(source)):
         if isinstance(node, ast.ClassDef) and node.name == "Gateway":
             for item in node.body:
                 if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and item.name == method:
@@ -111,7 +112,7 @@ def _member_tuples() -> dict[str, list[str]]:
     """Each Gateway method's ``members = (...)`` tuple, as the names it lists."""
     source = Path(errors.__file__).with_name("_client.py")
     found: dict[str, list[str]] = {}
-    for node in ast.walk(ast.parse(source.read_text())):
+    for node in ast.walk(parse_file(source)):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             for statement in node.body:
                 if (
@@ -145,7 +146,7 @@ def test_the_sidecar_reads_every_header_member(operation: str) -> None:
     headers = {}
     for member in table.headers:
         headers[member.header] = "7" if member.kind == "integer" else f"v-{member.name}"
-    members, _, _ = app._members(headers, table)
+    members, _, _, _ = app._members(headers, table)
     for index, member in enumerate(table.headers):
         assert members[index] == (7 if member.kind == "integer" else f"v-{member.name}")
 
