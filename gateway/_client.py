@@ -32,10 +32,9 @@ from gateway._api import (
     AsyncInvocation,
     InvokeResult,
     async_invocation_from_response,
-    before_host_headers,
     check_endpoint_name,
     payload_bytes,
-    sagemaker_headers,
+    request_headers,
 )
 from gateway._aws.sigv4 import Credentials
 from gateway._cached import CachedCalls, KeyLayout
@@ -310,7 +309,7 @@ class Gateway:
         else:
             _check_timeout(timeout)
         payload = payload_bytes(body)
-        before_host = before_host_headers(INVOKE, members)
+        before_host, after_host = request_headers(INVOKE, members)
         model = members[_MODEL]
         target_model = None if model is None else str(model)
         # A session is stateful on the far side: never answer it from a cache.
@@ -329,7 +328,6 @@ class Gateway:
                 if self._emit is not None:
                     self._emit_cached_call(self._emit, route.name, target_model, hit)
                 return hit  # nothing else to build
-        after_host = sagemaker_headers(INVOKE, members)
         deadline = time.monotonic() + timeout
         credentials = self._credentials
         if credentials is not None and credentials.must_wait():
@@ -478,11 +476,12 @@ class Gateway:
             _check_timeout(timeout)
         deadline = time.monotonic() + timeout
         payload = payload_bytes(body)
+        before_host, after_host = request_headers(INVOKE_STREAM, members)
         request = prepared(
             plan,
             INVOKE_STREAM,
-            before_host_headers(INVOKE_STREAM, members),
-            sagemaker_headers(INVOKE_STREAM, members),
+            before_host,
+            after_host,
             members[_STREAM_VARIANT] is not None,
             payload,
         )
@@ -546,11 +545,12 @@ class Gateway:
         else:
             _check_timeout(timeout)
         deadline = time.monotonic() + timeout
+        before_host, after_host = request_headers(INVOKE_ASYNC, members)
         request = prepared(
             plan,
             INVOKE_ASYNC,
-            before_host_headers(INVOKE_ASYNC, members),
-            sagemaker_headers(INVOKE_ASYNC, members),
+            before_host,
+            after_host,
             True,
             payload,
         )
