@@ -16,7 +16,7 @@ import contextlib
 import functools
 import math
 import time
-from collections.abc import Awaitable, Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self
@@ -38,22 +38,17 @@ from gateway._api import (
 )
 from gateway._aws.sigv4 import Credentials
 from gateway._cached import CachedCalls, KeyLayout
-from gateway._call import Invoker, code_of, new_event, prepared
+from gateway._call import Invoker, emit_cached_call, observed_call, prepared
 from gateway._config import GatewayConfig, PoolConfig
 from gateway._credentials import CredentialSource
 from gateway._events import (
-    CacheLookup,
-    CallFinished,
-    CallStarted,
-    CircuitClosed,
-    CircuitOpened,
     Emit,
     Event,
     Hook,
     Instrumentation,
     StateLog,
-    TargetEjected,
-    TargetReadmitted,
+    circuit_event,
+    health_event,
 )
 from gateway._gateway_config import (
     config_from_keywords,
@@ -326,7 +321,7 @@ class Gateway:
             hit = cached.peek(key)
             if hit is not None:
                 if self._emit is not None:
-                    self._emit_cached_call(self._emit, route.name, target_model, hit)
+                    emit_cached_call(self._emit, route.name, target_model, hit)
                 return hit  # nothing else to build
         deadline = time.monotonic() + timeout
         credentials = self._credentials
@@ -340,7 +335,7 @@ class Gateway:
             )
             if emit is None:
                 return await call
-            return await self._observed(emit, route.name, target_model, call, False)
+            return await observed_call(emit, route.name, target_model, call, False)
         load = functools.partial(
             self._invoker.invoke,
             route,
@@ -355,49 +350,7 @@ class Gateway:
         loaded = cached.get_or_load(load, key, cache_ttl or route.config.cache_ttl_s)
         if emit is None:
             return await loaded
-        return await self._observed(emit, route.name, target_model, loaded, True)
-
-    async def _observed(
-        self,
-        emit: Emit,
-        route: str,
-        model: str | None,
-        call: Awaitable[InvokeResult],
-        cached: bool,
-    ) -> InvokeResult:
-        """One call between CallStarted and CallFinished (only when a hook listens)."""
-        emit(new_event(CallStarted, (route, model)))
-        started = time.monotonic()
-        try:
-            result = await call
-        except BaseException as error:
-            duration = time.monotonic() - started
-            emit(CallFinished(route, model, None, duration, 0, False, None, code_of(error)))
-            raise
-        if cached:
-            emit(CacheLookup(route, result.cache or "miss"))
-        emit(
-            new_event(
-                CallFinished,
-                (
-                    route,
-                    model,
-                    result.target,
-                    time.monotonic() - started,
-                    result.attempts,
-                    result.hedged,
-                    result.cache,
-                    None,
-                ),
-            )
-        )
-        return result
-
-    @staticmethod
-    def _emit_cached_call(emit: Emit, route: str, model: str | None, result: InvokeResult) -> None:
-        emit(CallStarted(route, model))
-        emit(CacheLookup(route, "near"))
-        emit(CallFinished(route, model, result.target, 0.0, 0, False, "near", None))
+        return await observed_call(emit, route.name, target_model, loaded, True)
 
     def set_cache_version(
         self, endpoint: str, version: str, target_model: str | None = None
@@ -643,21 +596,12 @@ class Gateway:
             emit(event)
 
     def _health_changed(self, route: Route, state: TargetState) -> None:
-        if state.state is TargetHealth.EJECTED:
-            until = state.ejected_until or 0.0
-            duration = max(0.0, until - time.monotonic())
-            self._state_changed(TargetEjected(route.name, state.key, duration, state.ejections))
-        elif state.state is TargetHealth.HEALTHY:
-            self._state_changed(TargetReadmitted(route.name, state.key))
+        event = health_event(route, state)
+        if event is not None:
+            self._state_changed(event)
 
     def _circuit_changed(self, state: str) -> None:
-        # "open": the whole Redis tier is skipped; "partial": some Cluster nodes.
-        event: Event
-        if state == "closed":
-            event = CircuitClosed("redis")
-        else:
-            event = CircuitOpened("redis" if state == "open" else "redis-nodes")
-        self._state_changed(event)
+        self._state_changed(circuit_event(state))
 
     # -- internals -----------------------------------------------------------
 
