@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from gateway._api import InvokeResult, Operation
 from gateway.cache import CacheSource, Entry, PredictionCache
 
-__all__ = ["CachedCalls", "KeyLayout"]
+__all__ = ["CachedCalls", "KeyFields", "KeyLayout"]
 
 # Metadata a cached answer must give back, as cache.Entry.meta names it.
 _META_VARIANT = "variant"
@@ -48,7 +48,10 @@ class CachedCalls:
 
         ``values`` is the call's member tuple (``Operation.headers`` order).
         """
-        fields = layout.fields(values)
+        return self.key_of(route, layout.fields(values), body)
+
+    def key_of(self, route: str, fields: KeyFields, body: bytes) -> str:
+        """:meth:`key` from the call's :meth:`KeyLayout.fields`, already looked up."""
         model = fields[0]
         version = self._versions.lookup(route, model)
         return self._cache.key_for(route, model, fields[1], fields[2], fields[3], version, body)

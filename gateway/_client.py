@@ -37,7 +37,7 @@ from gateway._api import (
     request_headers,
 )
 from gateway._aws.sigv4 import Credentials
-from gateway._cached import CachedCalls, KeyLayout
+from gateway._cached import CachedCalls, KeyFields, KeyLayout
 from gateway._call import Invoker, emit_cached_call, observed_call, prepared
 from gateway._config import GatewayConfig, PoolConfig
 from gateway._credentials import CredentialSource
@@ -86,6 +86,23 @@ _SESSION: Final = INVOKE.index("SessionId")
 _VARIANT: Final = INVOKE.index("TargetVariant")
 _STREAM_VARIANT: Final = INVOKE_STREAM.index("TargetVariant")
 _INVOKE_KEY: Final = KeyLayout(INVOKE)
+# A member tuple -> its request headers and cache-key fields: one lookup per call,
+# as most calls repeat a few shapes (a call with an InferenceId is not remembered).
+_InvokeShape = tuple[tuple[tuple[str, str], ...], list[tuple[str, str]], KeyFields]
+_INVOKE_SHAPES: Final[dict[tuple[object, ...], _InvokeShape]] = {}
+_MAX_SHAPES = 4096
+
+
+def _invoke_shape(members: tuple[object, ...]) -> _InvokeShape:
+    before_host, after_host = request_headers(INVOKE, members)
+    shape = (before_host, after_host, _INVOKE_KEY.fields(members))
+    for index in INVOKE.per_call:
+        if members[index] is not None:
+            return shape
+    if len(_INVOKE_SHAPES) >= _MAX_SHAPES:
+        _INVOKE_SHAPES.clear()
+    _INVOKE_SHAPES[members] = shape
+    return shape
 
 
 # Users (and tests) subclass Gateway; mypyc compiles this module, and a
@@ -304,7 +321,10 @@ class Gateway:
         else:
             _check_timeout(timeout)
         payload = payload_bytes(body)
-        before_host, after_host = request_headers(INVOKE, members)
+        shape = _INVOKE_SHAPES.get(members)
+        if shape is None:
+            shape = _invoke_shape(members)
+        before_host, after_host, key_fields = shape
         model = members[_MODEL]
         target_model = None if model is None else str(model)
         # A session is stateful on the far side: never answer it from a cache.
@@ -317,7 +337,7 @@ class Gateway:
         ):
             if cached.versions_due(route.name):  # the fleet's version tags, re-read
                 await cached.refresh_versions(route.name)
-            key = cached.key(route.name, _INVOKE_KEY, members, payload)
+            key = cached.key_of(route.name, key_fields, payload)
             hit = cached.peek(key)
             if hit is not None:
                 if self._emit is not None:
