@@ -81,6 +81,10 @@ class Member:
     max_length: int | None
 
 
+# A call's request headers: those before ``host`` and those after it (never mutated).
+RequestHeaders = tuple[tuple[tuple[str, str], ...], list[tuple[str, str]]]
+
+
 @dataclass(frozen=True, slots=True)
 class Service:
     """One runtime service of the table: where its hosts are and how it is signed."""
@@ -119,6 +123,9 @@ class Operation:
     name_index: Mapping[str, int]  # member name -> its place in ``headers``
     # Places in ``headers`` of the members the cache key covers (all but NOT_IN_CACHE_KEY).
     keyed: tuple[int, ...]
+    per_call: tuple[int, ...]  # places of members unique to a call (InferenceId): not memoised
+    before_host_memo: dict[tuple[object, ...], tuple[tuple[str, str], ...]]
+    headers_memo: dict[tuple[object, ...], RequestHeaders]
     input_shape: Any  # botocore's (compat validates with it, as botocore does)
 
     def path(self, name: str) -> str:
@@ -179,6 +186,9 @@ def _operation(service: Service, model: Any) -> Operation:
         header_index={m.header: i for i, m in enumerate(headers)},
         name_index={m.name: i for i, m in enumerate(headers)},
         keyed=tuple(i for i, m in enumerate(headers) if m.name not in NOT_IN_CACHE_KEY),
+        per_call=tuple(i for i, m in enumerate(headers) if m.name in NOT_IN_CACHE_KEY),
+        before_host_memo={},
+        headers_memo={},
         input_shape=request_shape,
     )
 
@@ -265,9 +275,8 @@ def check_integer(member: Member, value: object) -> str:
 # request_for assembles the unsigned part; the transport has the signer sign it
 # when a connection is ready (a request that waited for one keeps a fresh date).
 
-# Validated before-host headers per (operation, values): most callers send the
-# same few content types, so each is checked once.
-_BEFORE_HOST: dict[tuple[str, tuple[object, ...]], tuple[tuple[str, str], ...]] = {}
+# Validated before-host headers are remembered per operation (Operation.before_host_memo):
+# most callers send the same few content types, so each is checked once.
 _MAX_BEFORE_HOST = 4096
 
 
@@ -280,18 +289,19 @@ def before_host_headers(
     left out. A shape seen before is not checked again.
     """
     members = operation.before_host
-    key = (operation.name, values[: len(members)])
-    headers = _BEFORE_HOST.get(key)
+    key = values[: len(members)]
+    memo = operation.before_host_memo
+    headers = memo.get(key)
     if headers is None:
         headers = tuple(
             [
                 (member.header, check_value(member, str(value)))
-                for member, value in zip(members, key[1], strict=True)
+                for member, value in zip(members, key, strict=True)
                 if value is not None
             ]
         )
-        if len(_BEFORE_HOST) < _MAX_BEFORE_HOST:
-            _BEFORE_HOST[key] = headers
+        if len(memo) < _MAX_BEFORE_HOST:
+            memo[key] = headers
     return headers
 
 
@@ -312,6 +322,25 @@ def sagemaker_headers(operation: Operation, values: tuple[object, ...]) -> list[
             headers.append((member.header, check_integer(member, value)))
         else:
             headers.append((member.header, check_value(member, str(value))))
+    return headers
+
+
+def request_headers(operation: Operation, values: tuple[object, ...]) -> RequestHeaders:
+    """:func:`before_host_headers` and :func:`sagemaker_headers` of a call, checked once per shape.
+
+    Most calls repeat a few member tuples, so both lists are remembered per
+    tuple (not when a member unique to the call, such as InferenceId, is set).
+    """
+    memo = operation.headers_memo
+    headers = memo.get(values)
+    if headers is None:
+        headers = (before_host_headers(operation, values), sagemaker_headers(operation, values))
+        for index in operation.per_call:
+            if values[index] is not None:
+                return headers
+        if len(memo) >= _MAX_BEFORE_HOST:
+            memo.clear()
+        memo[values] = headers
     return headers
 
 
@@ -370,6 +399,8 @@ def payload_bytes(body: Buffer, limit: int = MAX_PAYLOAD_BYTES, operation: str =
     parameter itself and would raise a bare TypeError for a ``str``.
     """
     if isinstance(body, bytes):
+        if len(body) <= limit:
+            return body  # the common call
         payload = body
     elif isinstance(body, bytearray | memoryview):
         payload = bytes(body)

@@ -17,7 +17,7 @@ from gateway import errors
 from gateway._api import InvokeResult, Operation
 from gateway.cache import CacheSource, Entry, PredictionCache
 
-__all__ = ["CachedCalls", "KeyLayout"]
+__all__ = ["CachedCalls", "KeyFields", "KeyLayout"]
 
 # Metadata a cached answer must give back, as cache.Entry.meta names it.
 _META_VARIANT = "variant"
@@ -49,18 +49,13 @@ class CachedCalls:
 
         ``values`` is the call's member tuple (``Operation.headers`` order).
         """
-        model = _text(values, layout.model)
-        variant_key = _members_key(values, layout)
+        return self.key_of(route, layout.fields(values), body)
+
+    def key_of(self, route: str, fields: KeyFields, body: bytes) -> str:
+        """:meth:`key` from the call's :meth:`KeyLayout.fields`, already looked up."""
+        model = fields[0]
         version = self._versions.lookup(route, model)
-        return self._cache.key_for(
-            route,
-            model,
-            variant_key,
-            _text(values, layout.content_type),
-            _text(values, layout.accept),
-            version,
-            body,
-        )
+        return self._cache.key_for(route, model, fields[1], fields[2], fields[3], version, body)
 
     def peek(self, key: str) -> InvokeResult | None:
         """A fresh near-tier answer, or None. Synchronous: the hit path awaits nothing."""
@@ -106,6 +101,11 @@ class CachedCalls:
         self._versions.set(endpoint, target_model, version)
 
 
+# The key fields a member tuple gives: model, members part, content type, accept.
+KeyFields = tuple[str | None, str | None, str | None, str | None]
+_MEMO_MAX = 4096
+
+
 class KeyLayout:
     """Where an operation's members go in a cache key, computed once per operation.
 
@@ -116,7 +116,16 @@ class KeyLayout:
     answer.
     """
 
-    __slots__ = ("accept", "content_type", "model", "others", "own", "variant")
+    __slots__ = (
+        "_memo",
+        "accept",
+        "content_type",
+        "model",
+        "not_keyed",
+        "others",
+        "own",
+        "variant",
+    )
 
     def __init__(self, operation: Operation) -> None:
         self.model = operation.index("TargetModel")
@@ -132,6 +141,31 @@ class KeyLayout:
             (index, operation.headers[index].name)
             for index in (self.model, self.content_type, self.accept)
             if index >= 0
+        )
+        keyed = set(operation.keyed)
+        self.not_keyed = tuple(i for i in range(len(operation.headers)) if i not in keyed)
+        # Member tuple -> its key fields: most calls repeat a few shapes.
+        self._memo: dict[tuple[object, ...], KeyFields] = {}
+
+    def fields(self, values: tuple[object, ...]) -> KeyFields:
+        """(model, members part, content type, accept) of a call's key."""
+        for index in self.not_keyed:
+            if values[index] is not None:  # a per-call value (InferenceId): no memo
+                return self._fields(values)
+        fields = self._memo.get(values)
+        if fields is None:
+            fields = self._fields(values)
+            if len(self._memo) >= _MEMO_MAX:
+                self._memo.clear()
+            self._memo[values] = fields
+        return fields
+
+    def _fields(self, values: tuple[object, ...]) -> KeyFields:
+        return (
+            _text(values, self.model),
+            _members_key(values, self),
+            _text(values, self.content_type),
+            _text(values, self.accept),
         )
 
 

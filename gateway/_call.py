@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -60,11 +60,15 @@ from gateway._events import (
     CANCELLED,
     FAILED,
     HEDGE,
+    INVOKE_ENDPOINT,
     LOST,
     PRIMARY,
     RETRY,
     WON,
     AttemptFinished,
+    CacheLookup,
+    CallFinished,
+    CallStarted,
     Emit,
     HedgeFired,
     HedgeLost,
@@ -76,7 +80,15 @@ from gateway._http.request import PreparedRequest
 from gateway._target_plans import TargetPlan, TargetPlanner
 from gateway.routing import Outcome, Route, TargetState
 
-__all__ = ["CallSpec", "Invoker", "new_event", "prepared", "record"]
+__all__ = [
+    "CallSpec",
+    "Invoker",
+    "emit_cached_call",
+    "new_event",
+    "observed_call",
+    "prepared",
+    "record",
+]
 
 _SUCCESS = Outcome.SUCCESS
 _FAILURE = Outcome.FAILURE
@@ -632,3 +644,75 @@ class Invoker:
 def _check_deadline(deadline: float) -> None:
     if time.monotonic() >= deadline:
         raise errors.DeadlineExceeded("the call's deadline passed before it was sent")
+
+
+# -- the call's events (only when a hook listens) -------------------------------
+
+
+async def observed_call(
+    emit: Emit,
+    route: str,
+    model: str | None,
+    call: Awaitable[InvokeResult],
+    cached: bool,
+) -> InvokeResult:
+    """One call between CallStarted and CallFinished (only when a hook listens)."""
+    emit(new_event(CallStarted, (route, model, INVOKE_ENDPOINT)))
+    started = time.monotonic()
+    try:
+        result = await call
+    except BaseException as error:
+        duration = time.monotonic() - started
+        emit(call_failed(route, model, None, duration, error, INVOKE_ENDPOINT))
+        raise
+    if cached:
+        emit(CacheLookup(route, result.cache or "miss"))
+    emit(
+        new_event(
+            CallFinished,
+            (
+                route,
+                model,
+                result.target,
+                time.monotonic() - started,
+                result.attempts,
+                result.hedged,
+                result.cache,
+                None,
+                INVOKE_ENDPOINT,
+                result.request_id,
+            ),
+        )
+    )
+    return result
+
+
+def call_failed(
+    route: str,
+    model: str | None,
+    endpoint: str | None,
+    duration: float,
+    error: BaseException,
+    operation: str,
+) -> CallFinished:
+    """The CallFinished of a call that raised ``error``."""
+    request_id = getattr(error, "request_id", None)
+    return CallFinished(
+        route,
+        model,
+        endpoint,
+        duration,
+        0 if endpoint is None else 1,
+        False,
+        None,
+        code_of(error),
+        operation,
+        request_id if isinstance(request_id, str) else None,
+    )
+
+
+def emit_cached_call(emit: Emit, route: str, model: str | None, result: InvokeResult) -> None:
+    """A call answered from the near tier, as the three events a listener expects."""
+    emit(CallStarted(route, model))
+    emit(CacheLookup(route, "near"))
+    emit(CallFinished(route, model, result.target, 0.0, 0, False, "near", None))

@@ -17,7 +17,7 @@ import functools
 import math
 import os
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self
@@ -33,35 +33,30 @@ from gateway._api import (
     AsyncInvocation,
     InvokeResult,
     async_invocation_from_response,
-    before_host_headers,
     check_endpoint_name,
     check_header_value,
     payload_bytes,
-    sagemaker_headers,
+    request_headers,
 )
 from gateway._aws.sigv4 import Credentials
-from gateway._cached import CachedCalls, KeyLayout
-from gateway._call import Invoker, code_of, new_event, prepared
+from gateway._cached import CachedCalls, KeyFields, KeyLayout
+from gateway._call import Invoker, call_failed, emit_cached_call, observed_call, prepared
 from gateway._config import GatewayConfig, PoolConfig
 from gateway._config_env import apply_environment, explain
 from gateway._config_reader import load_toml
 from gateway._credentials import CredentialSource
 from gateway._events import (
-    INVOKE_ENDPOINT,
     INVOKE_ENDPOINT_ASYNC,
     INVOKE_ENDPOINT_STREAM,
-    CacheLookup,
     CallFinished,
     CallStarted,
-    CircuitClosed,
-    CircuitOpened,
     Emit,
     Event,
     Hook,
     Instrumentation,
     StateLog,
-    TargetEjected,
-    TargetReadmitted,
+    circuit_event,
+    health_event,
 )
 from gateway._gateway_config import (
     config_from_keywords,
@@ -103,6 +98,23 @@ _INVOKE_KEY: Final = KeyLayout(INVOKE)
 # A caller's user agent is cut to this many characters before ours is appended.
 _MAX_CALLER_AGENT = 512
 _MAX_REMEMBERED_AGENTS = 64
+# A member tuple -> its request headers and cache-key fields: one lookup per call,
+# as most calls repeat a few shapes (a call with an InferenceId is not remembered).
+_InvokeShape = tuple[tuple[tuple[str, str], ...], list[tuple[str, str]], KeyFields]
+_INVOKE_SHAPES: Final[dict[tuple[object, ...], _InvokeShape]] = {}
+_MAX_SHAPES = 4096
+
+
+def _invoke_shape(members: tuple[object, ...]) -> _InvokeShape:
+    before_host, after_host = request_headers(INVOKE, members)
+    shape = (before_host, after_host, _INVOKE_KEY.fields(members))
+    for index in INVOKE.per_call:
+        if members[index] is not None:
+            return shape
+    if len(_INVOKE_SHAPES) >= _MAX_SHAPES:
+        _INVOKE_SHAPES.clear()
+    _INVOKE_SHAPES[members] = shape
+    return shape
 
 
 # Users (and tests) subclass Gateway; mypyc compiles this module, and a
@@ -337,7 +349,10 @@ class Gateway:
         else:
             _check_timeout(timeout)
         payload = payload_bytes(body)
-        before_host = before_host_headers(INVOKE, members)
+        shape = _INVOKE_SHAPES.get(members)
+        if shape is None:
+            shape = _invoke_shape(members)
+        before_host, after_host, key_fields = shape
         model = members[_MODEL]
         target_model = None if model is None else str(model)
         agent = None if user_agent is None else self._caller_agent(user_agent)
@@ -351,13 +366,12 @@ class Gateway:
         ):
             if cached.versions_due(route.name):  # the fleet's version tags, re-read
                 await cached.refresh_versions(route.name)
-            key = cached.key(route.name, _INVOKE_KEY, members, payload)
+            key = cached.key_of(route.name, key_fields, payload)
             hit = cached.peek(key)
             if hit is not None:
                 if self._emit is not None:
-                    self._emit_cached_call(self._emit, route.name, target_model, hit)
+                    emit_cached_call(self._emit, route.name, target_model, hit)
                 return hit  # nothing else to build
-        after_host = sagemaker_headers(INVOKE, members)
         deadline = time.monotonic() + timeout
         credentials = self._credentials
         if credentials is not None and credentials.must_wait():
@@ -378,7 +392,7 @@ class Gateway:
             )
             if emit is None:
                 return await call
-            return await self._observed(emit, route.name, target_model, call, False)
+            return await observed_call(emit, route.name, target_model, call, False)
         load = functools.partial(
             self._invoker.invoke,
             route,
@@ -394,51 +408,7 @@ class Gateway:
         loaded = cached.get_or_load(load, key, cache_ttl or route.config.cache_ttl_s, deadline)
         if emit is None:
             return await loaded
-        return await self._observed(emit, route.name, target_model, loaded, True)
-
-    async def _observed(
-        self,
-        emit: Emit,
-        route: str,
-        model: str | None,
-        call: Awaitable[InvokeResult],
-        cached: bool,
-    ) -> InvokeResult:
-        """One call between CallStarted and CallFinished (only when a hook listens)."""
-        emit(new_event(CallStarted, (route, model, INVOKE_ENDPOINT)))
-        started = time.monotonic()
-        try:
-            result = await call
-        except BaseException as error:
-            duration = time.monotonic() - started
-            emit(_call_failed(route, model, None, duration, error, INVOKE_ENDPOINT))
-            raise
-        if cached:
-            emit(CacheLookup(route, result.cache or "miss"))
-        emit(
-            new_event(
-                CallFinished,
-                (
-                    route,
-                    model,
-                    result.target,
-                    time.monotonic() - started,
-                    result.attempts,
-                    result.hedged,
-                    result.cache,
-                    None,
-                    INVOKE_ENDPOINT,
-                    result.request_id,
-                ),
-            )
-        )
-        return result
-
-    @staticmethod
-    def _emit_cached_call(emit: Emit, route: str, model: str | None, result: InvokeResult) -> None:
-        emit(CallStarted(route, model))
-        emit(CacheLookup(route, "near"))
-        emit(CallFinished(route, model, result.target, 0.0, 0, False, "near", None))
+        return await observed_call(emit, route.name, target_model, loaded, True)
 
     def set_cache_version(
         self, endpoint: str, version: str, target_model: str | None = None
@@ -531,11 +501,12 @@ class Gateway:
                 _check_timeout(timeout)
             deadline = time.monotonic() + timeout
             payload = payload_bytes(body)
+            before_host, after_host = request_headers(INVOKE_STREAM, members)
             request = prepared(
                 plan,
                 INVOKE_STREAM,
-                before_host_headers(INVOKE_STREAM, members),
-                sagemaker_headers(INVOKE_STREAM, members),
+                before_host,
+                after_host,
                 members[_STREAM_VARIANT] is not None,
                 payload,
             )
@@ -546,7 +517,7 @@ class Gateway:
         except BaseException as error:
             if emit is not None:
                 duration = time.monotonic() - started
-                failed = _call_failed(
+                failed = call_failed(
                     route.name, None, plan.endpoint, duration, error, INVOKE_ENDPOINT_STREAM
                 )
                 emit(failed)
@@ -616,11 +587,12 @@ class Gateway:
         else:
             _check_timeout(timeout)
         deadline = time.monotonic() + timeout
+        before_host, after_host = request_headers(INVOKE_ASYNC, members)
         request = prepared(
             plan,
             INVOKE_ASYNC,
-            before_host_headers(INVOKE_ASYNC, members),
-            sagemaker_headers(INVOKE_ASYNC, members),
+            before_host,
+            after_host,
             True,
             payload,
         )
@@ -638,9 +610,7 @@ class Gateway:
         except BaseException as error:
             duration = time.monotonic() - started
             emit(
-                _call_failed(
-                    route.name, None, plan.endpoint, duration, error, INVOKE_ENDPOINT_ASYNC
-                )
+                call_failed(route.name, None, plan.endpoint, duration, error, INVOKE_ENDPOINT_ASYNC)
             )
             raise
         duration = time.monotonic() - started
@@ -754,21 +724,12 @@ class Gateway:
             emit(event)
 
     def _health_changed(self, route: Route, state: TargetState) -> None:
-        if state.state is TargetHealth.EJECTED:
-            until = state.ejected_until or 0.0
-            duration = max(0.0, until - time.monotonic())
-            self._state_changed(TargetEjected(route.name, state.key, duration, state.ejections))
-        elif state.state is TargetHealth.HEALTHY:
-            self._state_changed(TargetReadmitted(route.name, state.key))
+        event = health_event(route, state)
+        if event is not None:
+            self._state_changed(event)
 
     def _circuit_changed(self, state: str) -> None:
-        # "open": the whole Redis tier is skipped; "partial": some Cluster nodes.
-        event: Event
-        if state == "closed":
-            event = CircuitClosed("redis")
-        else:
-            event = CircuitOpened("redis" if state == "open" else "redis-nodes")
-        self._state_changed(event)
+        self._state_changed(circuit_event(state))
 
     # -- internals -----------------------------------------------------------
 
@@ -814,29 +775,6 @@ def _target_up(target: TargetState, config: RouteConfig) -> bool:
     return target.consecutive_failures < config.ejection.consecutive_failures
 
 
-def _call_failed(
-    route: str,
-    model: str | None,
-    endpoint: str | None,
-    duration: float,
-    error: BaseException,
-    operation: str,
-) -> CallFinished:
-    request_id = getattr(error, "request_id", None)
-    return CallFinished(
-        route,
-        model,
-        endpoint,
-        duration,
-        0 if endpoint is None else 1,
-        False,
-        None,
-        code_of(error),
-        operation,
-        request_id if isinstance(request_id, str) else None,
-    )
-
-
 def _finish_observed(
     emit: Emit,
     finish: Callable[[BaseException | None], None],
@@ -866,7 +804,7 @@ def _finish_observed(
                 )
             )
         else:
-            emit(_call_failed(route, None, endpoint, duration, error, INVOKE_ENDPOINT_STREAM))
+            emit(call_failed(route, None, endpoint, duration, error, INVOKE_ENDPOINT_STREAM))
 
     return finished
 

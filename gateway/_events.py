@@ -30,6 +30,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Final, NamedTuple, Protocol, TypeAlias
 
+from gateway.routing import Route, TargetHealth, TargetState
+
 __all__ = [
     "CANCELLED",
     "FAILED",
@@ -392,3 +394,22 @@ class StateLog:
         if suppressed:
             fields["suppressed"] = suppressed
         self._logger.warning(message, extra=fields)
+
+
+def health_event(route: Route, state: TargetState) -> Event | None:
+    """The event for a target's health change: ejected or readmitted (None otherwise)."""
+    if state.state is TargetHealth.EJECTED:
+        until = state.ejected_until or 0.0
+        duration = max(0.0, until - time.monotonic())
+        return TargetEjected(route.name, state.key, duration, state.ejections)
+    if state.state is TargetHealth.HEALTHY:
+        return TargetReadmitted(route.name, state.key)
+    return None
+
+
+def circuit_event(state: str) -> Event:
+    """The event for the Redis circuit's change: "open" skips the whole tier,
+    "partial" some Cluster nodes, "closed" none."""
+    if state == "closed":
+        return CircuitClosed("redis")
+    return CircuitOpened("redis" if state == "open" else "redis-nodes")

@@ -29,7 +29,7 @@ from ._affinity import _Ranker
 from ._config import RouteConfig
 from ._hedge_policy import HedgeBudget, HedgeDelay
 from ._stats import LatencyWindow, RetryBudget
-from ._target_state import Outcome, TargetHealth, TargetState
+from ._target_state import INV_TAU, Outcome, TargetHealth, TargetState
 
 __all__ = ["HealthObserver", "Route"]
 
@@ -38,16 +38,9 @@ Clock = Callable[[], float]
 # the target (whose ``state`` says which it was). Rare, so a plain callable.
 HealthObserver = Callable[["Route", TargetState], None]
 
-# Peak-EWMA time constant (Finagle and Linkerd use 10 s).
-_TAU_S = 10.0
-_INV_TAU = 1.0 / _TAU_S
+_INV_TAU = INV_TAU
 # Latency samples are clamped so 0.0 can mean "never sampled".
 _MIN_SAMPLE_S = 1e-6
-# A FAILURE counts as a sample at least this many times the current EWMA,
-# so traffic drains from a failing target before ejection kicks in; capped
-# so a long failure streak cannot push the cost to infinity.
-_FAILURE_PENALTY = 2.0
-_MAX_EWMA_S = 60.0
 # Cost of each in-flight request on a never-sampled target: a new target
 # costs 0 while idle (so it is tried at once) and a lot while its first
 # request is out (so it is not flooded before we know how fast it is).
@@ -193,6 +186,7 @@ class Route:
         "_retry_budget",
         "_sole",
         "_targets",
+        "_window_s",
         "hedging",
     )
 
@@ -215,6 +209,7 @@ class Route:
         self._classes = _weight_classes(self._targets)
         self._next_wake = math.inf
         self._max_out = _max_out_of_rotation(len(self._targets), config.ejection.max_ejected_share)
+        self._window_s = config.ejection.success_rate_window_s
         self._mme_preferred = config.mme_preferred
         self._ranker = (
             _Ranker(self._targets, ranking_cache_size) if len(self._targets) > 1 else None
@@ -351,7 +346,7 @@ class Route:
         :meth:`start_backup` for hedges and retries, which earn none.
         """
         now = self._clock()
-        target._outstanding += 1
+        target.begin()
         if self.hedging:  # the hedge budget is only ever spent when hedging is on
             self._hedge_budget.deposit()
         self._retry_budget.deposit_at(now)
@@ -359,13 +354,13 @@ class Route:
 
     def start_backup(self, target: TargetState) -> float:
         """Mark a hedge or retry attempt in flight (it earns no budget tokens)."""
-        target._outstanding += 1
+        target.begin()
         return self._clock()
 
     def finish(self, target: TargetState, started_at: float, outcome: Outcome) -> None:
         """Record how an attempt started with ``start``/``start_backup`` ended."""
         now = self._clock()
-        target._outstanding -= 1
+        target.end()
         if outcome is _CANCELLED:
             return
         elapsed = now - started_at
@@ -375,17 +370,7 @@ class Route:
             self._record_failure(target, elapsed, now)
             return
         # SUCCESS or NEUTRAL: the target answered; only its latency matters.
-        ewma = target._ewma
-        if elapsed >= ewma:
-            target._ewma = elapsed  # the "peak" in peak EWMA: rise at once
-        else:
-            weight = _exp((target._stamp - now) * _INV_TAU)
-            target._ewma = ewma * weight + elapsed * (1.0 - weight)
-        target._stamp = now
-        target._consecutive_failures = 0
-        if now >= target._window_end:
-            self._roll_window(target, now)
-        target._window_successes += 1
+        target.record_answer(elapsed, now, self._window_s)
         if self._latency is not None:
             self._latency.record(elapsed, now)
         if target._state is not _HEALTHY:
@@ -494,14 +479,13 @@ class Route:
         """Record an active check: a failure counts like a FAILURE outcome
         (without a latency sample); a success re-admits a PROBING target."""
         now = self._clock()
-        target._last_check = now
+        target.mark_checked(now)
         if not healthy:
             self._count_failure(target, now)
-        elif target._state is _PROBING:
-            target._consecutive_failures = 0
+            return
+        target.clear_failures()
+        if target._state is _PROBING:
             self._readmit(target, now)
-        else:
-            target._consecutive_failures = 0
 
     # --- internals: picking ------------------------------------------------
 
@@ -568,11 +552,7 @@ class Route:
     # --- internals: health -------------------------------------------------
 
     def _record_failure(self, target: TargetState, elapsed: float, now: float) -> None:
-        # Fast failures must not look like a fast target: a failure can only
-        # raise the EWMA.
-        sample = max(elapsed, target._ewma * _FAILURE_PENALTY)
-        target._ewma = sample if sample < _MAX_EWMA_S else _MAX_EWMA_S
-        target._stamp = now
+        target.record_failed_latency(elapsed, now)
         self._count_failure(target, now)
 
     def _count_failure(self, target: TargetState, now: float) -> None:
@@ -582,69 +562,20 @@ class Route:
         if health is _PROBING:
             self._eject(target, now)  # the probe failed: out again, for longer
             return
-        target._consecutive_failures += 1
-        if now >= target._window_end:
-            self._roll_window(target, now)
-        target._window_failures += 1
-        if self._should_eject(target, now) and self._out_of_rotation() < self._max_out:
+        target.count_failure(now, self._window_s)
+        if target.failing(now, self._config.ejection) and self._out_of_rotation() < self._max_out:
             self._eject(target, now)
-
-    def _should_eject(self, target: TargetState, now: float) -> bool:
-        ejection = self._config.ejection
-        if target._consecutive_failures >= ejection.consecutive_failures:
-            return True
-        # Sliding-window estimate: the previous window weighted by how much
-        # of it still overlaps the last `window_s`.
-        window = ejection.success_rate_window_s
-        overlap = max(0.0, (target._window_end - now) / window)
-        successes = target._window_successes + target._prev_successes * overlap
-        failures = target._window_failures + target._prev_failures * overlap
-        total = successes + failures
-        return (
-            total >= ejection.success_rate_min_requests
-            and successes / total < ejection.success_rate_threshold
-        )
-
-    def _roll_window(self, target: TargetState, now: float) -> None:
-        window = self._config.ejection.success_rate_window_s
-        if now >= target._window_end + window:
-            target._prev_successes = target._prev_failures = 0
-            target._window_end = now + window
-        else:
-            target._prev_successes = target._window_successes
-            target._prev_failures = target._window_failures
-            target._window_end += window
-        target._window_successes = target._window_failures = 0
 
     def _out_of_rotation(self) -> int:
         return len(self._targets) - len(self._healthy)
 
     def _eject(self, target: TargetState, now: float) -> None:
-        ejection = self._config.ejection
-        # The multiplier decays by one per base_ejection_s spent healthy, so a
-        # target that flapped long ago starts again from the base time.
-        if target._state is _HEALTHY and target._ejection_level:
-            quiet = now - target._readmitted_at
-            target._ejection_level = max(
-                0, target._ejection_level - int(quiet // ejection.base_ejection_s)
-            )
-        target._ejection_level += 1
-        target._ejections += 1
-        duration = min(ejection.base_ejection_s * target._ejection_level, ejection.max_ejection_s)
-        duration *= 1.0 + ejection.jitter * (2.0 * self._random() - 1.0)
-        target._ejected_until = now + duration
-        target._state = _EJECTED
-        target._consecutive_failures = 0
-        target._window_successes = target._window_failures = 0
-        target._prev_successes = target._prev_failures = 0
+        target.eject(now, self._config.ejection, self._random())
         self._regroup()
         self._tell(target)
 
-    def _readmit(self, target: TargetState, now: float) -> None:
-        target._state = _HEALTHY
-        target._readmitted_at = now
-        target._window_successes = target._window_failures = 0
-        target._prev_successes = target._prev_failures = 0
+    def _readmit(self, target: TargetState, now: float, probe_latency: float | None = None) -> None:
+        target.readmit(now, probe_latency)
         self._regroup()
         self._tell(target)
 
@@ -657,15 +588,13 @@ class Route:
         if target._state is _PROBING:
             # The probe answered: its latency, not the stale pre-ejection
             # EWMA, is what we know about this target now.
-            target._ewma = elapsed
-            self._readmit(target, now)
+            self._readmit(target, now, elapsed)
         # EJECTED: an answer to a request sent before the ejection; the
         # ejection stands until its time is up.
 
     def _wake(self, now: float) -> None:
         for state in self._targets:
-            if state._state is _EJECTED and state._ejected_until <= now:
-                state._state = _PROBING
+            state.start_probing_if_due(now)
         self._regroup()
 
     def _regroup(self) -> None:

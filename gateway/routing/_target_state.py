@@ -1,16 +1,26 @@
 # Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py); an editable install runs it
 # as plain Python. Keep it compilable: no async generators, no monkeypatching of its classes,
 # re-check attributes narrowed before an await. A compiled install needs a rebuild after edits.
-"""Per-target runtime state and the outcome vocabulary gateway reports in."""
+"""Per-target runtime state, its updates, and the outcome vocabulary gateway reports in."""
 
 from __future__ import annotations
 
 import enum
 import math
 
-from ._config import Target
+from ._config import EjectionConfig, Target
 
-__all__ = ["Outcome", "TargetHealth", "TargetState"]
+__all__ = ["INV_TAU", "Outcome", "TargetHealth", "TargetState"]
+
+# Peak-EWMA time constant (Finagle and Linkerd use 10 s).
+_TAU_S = 10.0
+INV_TAU = 1.0 / _TAU_S
+# A failure counts as a sample at least this many times the current EWMA,
+# so traffic drains from a failing target before ejection kicks in; capped
+# so a long failure streak cannot push the cost to infinity.
+_FAILURE_PENALTY = 2.0
+_MAX_EWMA_S = 60.0
+_exp = math.exp
 
 
 class Outcome(enum.Enum):
@@ -41,8 +51,9 @@ class TargetState:
     """Live state of one :class:`Target` inside one route.
 
     The public read-only properties are for metrics and tests. The
-    ``_fields`` are read and written directly by :class:`Route` on the hot
-    path, where a property call would cost more than the work itself.
+    :class:`Route` changes the state only through the methods below; on the
+    hot path it reads a few ``_fields`` directly (the balancing cost), where
+    a property call would cost more than the work itself.
     """
 
     __slots__ = (
@@ -117,6 +128,114 @@ class TargetState:
     @property
     def consecutive_failures(self) -> int:
         return self._consecutive_failures
+
+    # -- updates: the route calls these; nothing else writes the fields -----------
+
+    def begin(self) -> None:
+        """An attempt went out to this target."""
+        self._outstanding += 1
+
+    def end(self) -> None:
+        """An attempt to this target ended, however it ended."""
+        self._outstanding -= 1
+
+    def record_answer(self, elapsed: float, now: float, window_s: float) -> None:
+        """An answer (success or a request-level error): its latency, and a success counted."""
+        ewma = self._ewma
+        if elapsed >= ewma:
+            self._ewma = elapsed  # the "peak" in peak EWMA: rise at once
+        else:
+            weight = _exp((self._stamp - now) * INV_TAU)
+            self._ewma = ewma * weight + elapsed * (1.0 - weight)
+        self._stamp = now
+        self._consecutive_failures = 0
+        if now >= self._window_end:
+            self._roll_window(now, window_s)
+        self._window_successes += 1
+
+    def record_failed_latency(self, elapsed: float, now: float) -> None:
+        """A failure's latency: it can only raise the EWMA (a fast failure is no fast target)."""
+        sample = max(elapsed, self._ewma * _FAILURE_PENALTY)
+        self._ewma = sample if sample < _MAX_EWMA_S else _MAX_EWMA_S
+        self._stamp = now
+
+    def count_failure(self, now: float, window_s: float) -> None:
+        """A failure of a HEALTHY target, toward its ejection."""
+        self._consecutive_failures += 1
+        if now >= self._window_end:
+            self._roll_window(now, window_s)
+        self._window_failures += 1
+
+    def clear_failures(self) -> None:
+        """A passed active check: the failure streak ends."""
+        self._consecutive_failures = 0
+
+    def mark_checked(self, now: float) -> None:
+        """An active check was made now."""
+        self._last_check = now
+
+    def failing(self, now: float, ejection: EjectionConfig) -> bool:
+        """Whether recent failures call for ejection: a streak, or a low success rate."""
+        if self._consecutive_failures >= ejection.consecutive_failures:
+            return True
+        # Sliding-window estimate: the previous window weighted by how much
+        # of it still overlaps the last `window_s`.
+        window = ejection.success_rate_window_s
+        overlap = max(0.0, (self._window_end - now) / window)
+        successes = self._window_successes + self._prev_successes * overlap
+        failures = self._window_failures + self._prev_failures * overlap
+        total = successes + failures
+        return (
+            total >= ejection.success_rate_min_requests
+            and successes / total < ejection.success_rate_threshold
+        )
+
+    def eject(self, now: float, ejection: EjectionConfig, draw: float) -> None:
+        """Out of rotation, for longer each time; ``draw`` in [0, 1) jitters the duration."""
+        # The multiplier decays by one per base_ejection_s spent healthy, so a
+        # target that flapped long ago starts again from the base time.
+        if self._state is TargetHealth.HEALTHY and self._ejection_level:
+            quiet = now - self._readmitted_at
+            self._ejection_level = max(
+                0, self._ejection_level - int(quiet // ejection.base_ejection_s)
+            )
+        self._ejection_level += 1
+        self._ejections += 1
+        duration = min(ejection.base_ejection_s * self._ejection_level, ejection.max_ejection_s)
+        duration *= 1.0 + ejection.jitter * (2.0 * draw - 1.0)
+        self._ejected_until = now + duration
+        self._state = TargetHealth.EJECTED
+        self._consecutive_failures = 0
+        self._clear_window()
+
+    def readmit(self, now: float, probe_latency: float | None = None) -> None:
+        """Back in rotation; ``probe_latency`` replaces the stale pre-ejection EWMA."""
+        if probe_latency is not None:
+            self._ewma = probe_latency
+        self._state = TargetHealth.HEALTHY
+        self._readmitted_at = now
+        self._clear_window()
+
+    def start_probing_if_due(self, now: float) -> bool:
+        """An ejection whose time is up becomes PROBING; True when it did."""
+        if self._state is TargetHealth.EJECTED and self._ejected_until <= now:
+            self._state = TargetHealth.PROBING
+            return True
+        return False
+
+    def _roll_window(self, now: float, window_s: float) -> None:
+        if now >= self._window_end + window_s:
+            self._prev_successes = self._prev_failures = 0
+            self._window_end = now + window_s
+        else:
+            self._prev_successes = self._window_successes
+            self._prev_failures = self._window_failures
+            self._window_end += window_s
+        self._window_successes = self._window_failures = 0
+
+    def _clear_window(self) -> None:
+        self._window_successes = self._window_failures = 0
+        self._prev_successes = self._prev_failures = 0
 
     def __repr__(self) -> str:
         return (
