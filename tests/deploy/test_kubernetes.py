@@ -19,7 +19,7 @@ from gateway._config_env import apply_environment
 from gateway.sidecar import SidecarConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-MANIFESTS = ROOT / "deploy" / "kubernetes"
+MANIFESTS = ROOT / "deploy" / "kubernetes" / "base"
 KUBERNETES_VERSION = "1.33.0"  # native sidecars (restartable init containers) and preStop sleep
 
 
