@@ -179,6 +179,12 @@ def _env_pairs(value: str) -> dict[str, str]:
     return pairs
 
 
+def outside_the_checkout() -> dict[str, str]:
+    """This environment without PYTHONPATH: the checkout (and any metadata a
+    development install left in it) must not stand in for what pip installs."""
+    return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+
+
 def fresh_venv(root: Path, *requirements: str) -> Path:
     """A new virtualenv under ``root`` with ``requirements`` pip-installed; its python."""
     environment = root / "venv"
@@ -190,6 +196,7 @@ def fresh_venv(root: Path, *requirements: str) -> Path:
             capture_output=True,
             text=True,
             timeout=600,
+            env=outside_the_checkout(),
         )
         assert result.returncode == 0, result.stdout + result.stderr
     return python
