@@ -2,7 +2,7 @@
 
 ``docker_build`` parses the repository's ``Dockerfile`` and runs its stages
 in order on this machine: each stage gets a clean virtualenv (its ``FROM
-python:X.Y-slim``; the Python running the tests must be that X.Y), its
+python:X.Y-slim@sha256:...``; the Python running the tests must be that X.Y), its
 ``WORKDIR`` becomes a directory of its own, ``COPY`` copies from the
 repository (or from an earlier stage's directory with ``--from``), and every
 ``RUN`` line runs verbatim with ``sh -c`` in that directory, with the stage's
@@ -114,7 +114,9 @@ def _ignored(directory: str, names: list[str]) -> set[str]:
 
 
 def run_stage(stage: Stage, stage_root: Path, stage_roots: dict[str, Path]) -> BuiltImage:
-    version = re.fullmatch(r"python:(\d+)\.(\d+)(?:\.\d+)?-slim", stage.image)
+    version = re.fullmatch(
+        r"python:(\d+)\.(\d+)(?:\.\d+)?-slim(?:@sha256:[0-9a-f]{64})?", stage.image
+    )
     assert version, f"unexpected base image {stage.image}"
     assert sys.version_info[:2] == (int(version[1]), int(version[2])), (
         f"the Dockerfile builds on {stage.image}; run the tests on that Python"
@@ -175,3 +177,26 @@ def _env_pairs(value: str) -> dict[str, str]:
         key, _, item = token.partition("=")
         pairs[key] = item
     return pairs
+
+
+def outside_the_checkout() -> dict[str, str]:
+    """This environment without PYTHONPATH: the checkout (and any metadata a
+    development install left in it) must not stand in for what pip installs."""
+    return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+
+
+def fresh_venv(root: Path, *requirements: str) -> Path:
+    """A new virtualenv under ``root`` with ``requirements`` pip-installed; its python."""
+    environment = root / "venv"
+    venv.EnvBuilder(with_pip=True, clear=True).create(environment)
+    python = environment / "bin" / "python"
+    if requirements:
+        result = subprocess.run(
+            [str(python), "-m", "pip", "install", "--quiet", *requirements],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=outside_the_checkout(),
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+    return python

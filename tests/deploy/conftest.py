@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 import venv
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.deploy._docker import DOCKERFILE, BuiltImage, parse_dockerfile, run_stage
+from tests.deploy._docker import (
+    DOCKERFILE,
+    BuiltImage,
+    outside_the_checkout,
+    parse_dockerfile,
+    run_stage,
+)
 
 
 @pytest.fixture(scope="session")
@@ -40,5 +47,29 @@ def plain_install(docker_build: BuiltImage, tmp_path_factory: pytest.TempPathFac
         [str(python), "-m", "pip", "install", "--quiet", str(docker_build.wheel)],
         check=True,
         capture_output=True,
+        env=outside_the_checkout(),
     )
     return python
+
+
+@pytest.fixture(scope="session")
+def manylinux_wheel(docker_build: BuiltImage, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The image's compiled wheel, repaired by auditwheel to the manylinux tag it qualifies for."""
+    out = tmp_path_factory.mktemp("manylinux")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "auditwheel",
+            "repair",
+            "--wheel-dir",
+            str(out),
+            str(docker_build.wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    (wheel,) = out.glob("*.whl")
+    return wheel

@@ -6,6 +6,7 @@ Slow: the session builds the wheel once (mypyc); every test here shares it.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import tomllib
@@ -72,7 +73,7 @@ def test_the_dockerfile_is_multi_stage_slim_non_root_with_a_healthcheck() -> Non
     assert len(stages) == 2
     build, runtime = stages
     assert any(k == "RUN" and "pip wheel" in v for k, v in build.instructions)
-    assert runtime.image.endswith("-slim")
+    assert re.fullmatch(r"python:3\.\d+-slim@sha256:[0-9a-f]{64}", runtime.image)
     keywords = dict(runtime.instructions)
     assert keywords["USER"].split(":")[0] not in {"0", "root"}
     assert "/livez" in keywords["HEALTHCHECK"]
@@ -84,6 +85,24 @@ def test_the_dockerfile_is_multi_stage_slim_non_root_with_a_healthcheck() -> Non
     }
     copied = {v.split()[0] for k, v in build.instructions if k == "COPY"}
     assert packages <= copied, packages - copied
+
+
+def test_both_stages_build_on_one_base_image_pinned_by_digest() -> None:
+    stages = parse_dockerfile(DOCKERFILE.read_text())
+    images = {stage.image for stage in stages}
+    (image,) = images  # the wheel is compiled against the Python it runs on
+    assert re.fullmatch(r"python:3\.11-slim@sha256:[0-9a-f]{64}", image), image
+    # The file says where the digest came from and how to refresh it.
+    assert "docker buildx imagetools inspect python:3.11-slim" in DOCKERFILE.read_text()
+
+
+def test_the_runtime_stage_installs_the_locked_dependencies_by_hash() -> None:
+    runtime = parse_dockerfile(DOCKERFILE.read_text())[-1]
+    runs = [value for keyword, value in runtime.instructions if keyword == "RUN"]
+    (install,) = [run for run in runs if "pip install" in run]
+    assert "--require-hashes -r requirements-image.lock" in install
+    assert "--no-deps dist/*.whl" in install and "pip check" in install
+    assert ("COPY", "requirements-image.lock ./") in runtime.instructions
 
 
 def test_the_image_installs_a_compiled_hot_path(docker_build: BuiltImage) -> None:
