@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests._redis_procs import RedisServer
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -65,7 +67,10 @@ def test_demo_near_cache_only() -> None:
     _check_summary(out)
 
 
-def test_demo_with_redis(shared_redis_url: str) -> None:
-    out = _run_demo("--redis", shared_redis_url, "--pool", "2000")
-    assert f"near tier + Redis {shared_redis_url}" in out
+def test_demo_with_redis() -> None:
+    # A Redis of its own: answers an earlier run left in a shared one would be hits,
+    # and the summary's cold model loads would be missing.
+    with RedisServer.running() as redis:
+        out = _run_demo("--redis", redis.url, "--pool", "2000")
+    assert f"near tier + Redis {redis.url}" in out
     _check_summary(out)
