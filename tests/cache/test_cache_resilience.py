@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio as redis_asyncio
 
 from gateway.cache import CacheSource, Entry, PredictionCache
-from tests._redis_procs import RedisServer, free_port
+from tests._redis_procs import RedisServer, free_port, ping
 from tests.cache._cache_support import CountingLoader
 
 MakeCache = Callable[..., Awaitable[PredictionCache]]
@@ -34,8 +34,15 @@ async def sleep_redis(server: RedisServer, seconds: float) -> asyncio.Task[objec
             await client.aclose()
 
     task = asyncio.create_task(block())
-    await asyncio.sleep(0.02)  # let the command reach the server
+    # Until the server stops answering a PING, the command has not reached it yet
+    # (on a busy machine that can take longer than any fixed pause).
+    await asyncio.to_thread(_wait_until_blocked, server.port)
     return task
+
+
+def _wait_until_blocked(port: int) -> None:
+    while ping(port, 0.05):
+        time.sleep(0.005)
 
 
 async def test_dead_redis_at_start_does_not_fail_start(make_cache: MakeCache) -> None:
