@@ -83,17 +83,17 @@ async def test_hedge_loser_mid_body_is_never_reused_dirty(kind: str, emulator: E
             proxy.slow_chunk, proxy.slow_delay = 256, 0.02  # ~8 KB over ~0.6 s
             await proxy.set_mode("slow")
 
-            hedge_wins = 0
-            for n in range(6):
+            losers_mid_body = 0
+            for n in range(8):
                 dribbled_before = proxy.dribbled
                 body = _body("race", n)
                 result = await bounded(gw.invoke("pair", body, timeout=5), 5)
                 assert result.body == body  # the winner's answer, to this request
-                if result.hedged and result.target == "b":
-                    hedge_wins += 1
-                    # The loser was mid-response: its head and some body were on the way.
-                    assert proxy.dribbled > dribbled_before
-            assert hedge_wins >= 1
+                # A hedge won while the loser was mid-response (its head and some body on
+                # the way); on a busy machine a loser may not have started yet.
+                if result.hedged and result.target == "b" and proxy.dribbled > dribbled_before:
+                    losers_mid_body += 1
+            assert losers_mid_body >= 1
 
             # Loser sockets end drained (back in the pool) or closed; never reused dirty.
             await proxy.set_mode("pass")
