@@ -19,6 +19,17 @@ from tests.deploy._docker import (
 )
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test of the built wheel on one xdist worker, so the wheel is compiled once.
+
+    Session fixtures are per worker: spread over workers, each would compile it again.
+    """
+    for item in items:
+        if "docker_build" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("built-wheel"))
+
+
 @pytest.fixture(scope="session")
 def docker_build(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BuiltImage]:
     stages = parse_dockerfile(DOCKERFILE.read_text())
