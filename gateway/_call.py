@@ -261,6 +261,8 @@ class Invoker:
         self._plans: dict[TargetState, TargetPlan] = {}
         # The instrumentation stream; None (no hook): nothing is built or sent.
         self.emit: Emit | None = None
+        # An error answer's decoder: each runtime's model has its own error shapes.
+        self.decode: Callable[[RawResponse], errors.ServiceError] = decode_error
 
     def plan(self, route: Route, state: TargetState) -> TargetPlan:
         # A TargetState belongs to exactly one route, so it is the key.
@@ -295,7 +297,7 @@ class Invoker:
         call.payload_hash = request.payload_hash  # hashed once, whatever the attempts
         if response.status == 200:
             return result_from_response(response, plan.endpoint)
-        raise decode_error(response)
+        raise self.decode(response)
 
     def _finish(
         self,
@@ -365,7 +367,7 @@ class Invoker:
             if response.status == 200:
                 record(route, state, plan.endpoint, started, None, PRIMARY, self.emit)
                 return result_from_response(response, plan.endpoint)
-            failure: BaseException = decode_error(response)
+            failure: BaseException = self.decode(response)
         except BaseException as error:  # recorded below, then retried or re-raised
             failure = error
         call = CallSpec(
@@ -590,7 +592,7 @@ class Invoker:
         try:
             response = await self._transport.request(request, deadline)
             if response.status not in ok:
-                raise decode_error(response)
+                raise self.decode(response)
             return response
         except BaseException as exc:
             error = exc

@@ -11,11 +11,18 @@ here calls back into ``Gateway``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from gateway import errors
-from gateway._api import Operation, check_endpoint_name, check_header_value
+from gateway._api import (
+    SERVICE_NAME,
+    Operation,
+    check_endpoint_name,
+    check_gateway_id,
+    check_header_value,
+    operation_table,
+)
 from gateway._aws.sigv4 import SigV4Signer
 from gateway._config import GatewayConfig
 from gateway._credentials import CredentialSource, botocore_fetcher
@@ -66,8 +73,22 @@ class TargetPlan:
 class TargetPlanner:
     """Origins and signers per region, resolved with botocore at start."""
 
-    def __init__(self, config: GatewayConfig) -> None:
+    def __init__(self, config: GatewayConfig, service: str = SERVICE_NAME) -> None:
         self.config = config
+        # The runtime whose hosts this planner resolves (botocore's service name).
+        self.service = service
+        self._endpoint_prefix = next(
+            (
+                op.service.endpoint_prefix
+                for (name, _), op in operation_table().items()
+                if name == service
+            ),
+            "runtime.sagemaker",
+        )
+        # A Global Inference Gateway is named by its id; every other resource as an endpoint.
+        self._check_name: Callable[[str], None] = (
+            check_gateway_id if service == "sagemaker-gateway-runtime" else check_endpoint_name
+        )
         self.origin: Origin | None = None
         self.region = ""
         self._region_urls: dict[str, str] = {}
@@ -110,8 +131,8 @@ class TargetPlanner:
             raise errors.ConfigError(
                 "region: not set (pass region=, set it in the config, or set AWS_DEFAULT_REGION)"
             )
-        # botocore applies AWS_ENDPOINT_URL(_SAGEMAKER_RUNTIME), the profile's
-        # endpoint_url and AWS_IGNORE_CONFIGURED_ENDPOINT_URLS itself.
+        # botocore applies AWS_ENDPOINT_URL(_<SERVICE>), the profile's endpoint_url
+        # and AWS_IGNORE_CONFIGURED_ENDPOINT_URLS itself, per service.
         url = self.config.endpoint_url or self._botocore_endpoint(session, region)
         # TargetPlanner in other regions need their own regional runtime host.
         region_urls = {r: self._botocore_endpoint(session, r) for r in regions if r != region}
@@ -133,7 +154,7 @@ class TargetPlanner:
             if value is not None
         }
         client = session.create_client(
-            "sagemaker-runtime",
+            self.service,
             region_name=region,
             aws_access_key_id="unused",
             aws_secret_access_key="unused",
@@ -148,7 +169,8 @@ class TargetPlanner:
         if url is None:
             assert region is not None
             url = (
-                self._region_urls.get(region) or f"https://runtime.sagemaker.{region}.amazonaws.com"
+                self._region_urls.get(region)
+                or f"https://{self._endpoint_prefix}.{region}.amazonaws.com"
             )
         origin = self._origins.get(url)
         if origin is None:
@@ -166,7 +188,7 @@ class TargetPlanner:
 
     def plan_for(self, route: Route, state: TargetState) -> TargetPlan:
         target = state.target
-        check_endpoint_name(target.endpoint)
+        self._check_name(target.endpoint)
         return TargetPlan(
             target.endpoint,
             self.target_origin(target.url, target.region),
