@@ -6,9 +6,15 @@ import asyncio
 import inspect
 import json
 import logging
+import shutil
+import subprocess
+import sys
+import textwrap
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
+import botocore.loaders
 import pytest
 
 from gateway import Gateway, errors
@@ -483,3 +489,68 @@ async def test_router_in_another_region_is_signed_for_that_region(emulator: Emul
         await gw.invoke_router("r1", b"{}", routing_target="t")  # resolves the hosts
         origin = planner.target_origin(None, "ap-south-1")
     assert origin.host_header == "inferencerouter-runtime.sagemaker.ap-south-1.amazonaws.com"
+
+
+# -- an older botocore -----------------------------------------------------------------
+
+_OLD_BOTOCORE_CHILD = textwrap.dedent(
+    """
+    import asyncio, sys
+    import botocore.loaders
+    botocore.loaders.Loader.BUILTIN_DATA_PATH = sys.argv[1]
+
+    from gateway import Gateway, compat, errors
+    from gateway.emulator import Emulator, EmulatorConfig
+
+    async def main():
+        async with Emulator(EmulatorConfig.from_dict({"endpoints": {"echo": {}}})) as emu:
+            async with Gateway(
+                "us-east-1", endpoint_url=emu.url, credentials=("AKIDOLD", "old-secret")
+            ) as gw:
+                print("invoke:", (await gw.invoke("echo", b"still served")).body.decode())
+                calls = {
+                    "router": gw.invoke_router("r1", b"{}", routing_target="t"),
+                    "global": gw.invoke_global_gateway("gw1", b"{}"),
+                    "stream": gw.invoke_global_gateway_stream("gw1", b"{}").__anext__(),
+                }
+                for name, call in calls.items():
+                    try:
+                        await call
+                    except errors.ServiceModelUnavailable as exc:
+                        print(f"{name}: {exc.service} {exc.required}")
+            try:
+                compat.Session().create_client(
+                    "sagemaker-gateway-runtime", region_name="us-east-1"
+                )
+            except errors.ServiceModelUnavailable as exc:
+                print(f"compat: {exc.service} {exc.required}")
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_an_older_botocore_names_the_release_each_new_operation_needs(tmp_path: Path) -> None:
+    builtin = Path(botocore.loaders.Loader.BUILTIN_DATA_PATH)
+    old = tmp_path / "data"
+    old.mkdir()
+    for entry in builtin.iterdir():
+        if entry.is_file():
+            shutil.copy(entry, old / entry.name)
+    shutil.copytree(builtin / "sagemaker-runtime", old / "sagemaker-runtime")
+    completed = subprocess.run(
+        [sys.executable, "-c", _OLD_BOTOCORE_CHILD, str(old)],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert completed.stdout.splitlines() == [
+        "invoke: still served",
+        f"router: {INFERENCE_ROUTER_RUNTIME} 1.44.4",
+        f"global: {GATEWAY_RUNTIME} 1.44.8",
+        f"stream: {GATEWAY_RUNTIME} 1.44.8",
+        f"compat: {GATEWAY_RUNTIME} 1.44.8",
+    ]

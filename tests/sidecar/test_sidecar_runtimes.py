@@ -215,6 +215,8 @@ def _stream_call(client: Any) -> list[Any]:
             events.append(event["PayloadPart"]["Bytes"])  # noqa: PERF401  (kept on error)
     except EventStreamError as error:
         events.append((error.response["Error"]["Code"], error.response["Error"]["Message"]))
+    finally:
+        answer["Body"].close()  # the connection, mid-stream after an error
     return [_without_ids(event) for event in events]
 
 
