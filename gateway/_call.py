@@ -125,6 +125,8 @@ def prepared(
     if plan.variant is not None and not variant_pinned and _TARGET_VARIANT in operation.by_header:
         # The target's variant, unless the caller named one; no member sorts after it.
         after_host = [*after_host, (_TARGET_VARIANT, plan.variant)]
+    if plan.routing_target is not None:
+        after_host = plan.routed_headers(operation, after_host)
     path, prefix = plan.path_of(operation)
     return request_for(
         plan.origin, path, prefix, plan.signer, before_host, after_host, body, payload_hash
