@@ -67,6 +67,8 @@ INVOKE_GLOBAL_GATEWAY: Final = "InvokeGlobalInferenceGateway"
 INVOKE_GLOBAL_GATEWAY_STREAM: Final = "InvokeGlobalInferenceGatewayWithResponseStream"
 # The members whose values must never reach an error's text.
 SENSITIVE: Final = ("CustomerIdentityToken", "CustomAttributes")
+# Member tuples whose checked headers are remembered, per operation.
+_MAX_REMEMBERED = 1024
 # How deep an error's cause chain is searched for a secret (DeadlineExceeded wraps one).
 _MAX_CHAIN = 8
 
@@ -109,32 +111,54 @@ class _Runtime:
             raise
 
 
-class _Call:
-    """What every call of these operations checks first: its operation, route and deadline."""
+class _Op:
+    """One operation of a started runtime, with what its calls check computed once."""
 
-    __slots__ = ("deadline", "operation", "route", "runtime", "secrets")
+    __slots__ = ("_after_host", "limit", "name", "operation", "required", "runtime", "sensitive")
 
-    def __init__(
-        self,
-        runtime: _Runtime,
-        operation: Operation,
-        route: Route,
-        deadline: float,
-        secrets: tuple[str, ...],
-    ) -> None:
+    def __init__(self, runtime: _Runtime, operation: Operation) -> None:
         self.runtime = runtime
         self.operation = operation
-        self.route = route
-        self.deadline = deadline
-        self.secrets = secrets
+        self.name = operation.name
+        # Places of the required and the sensitive header members in the member tuple.
+        self.required = tuple(i for i, m in enumerate(operation.headers) if m.required)
+        self.sensitive = tuple(i for i, m in enumerate(operation.headers) if m.name in SENSITIVE)
+        self.limit = _body_limit(operation)
+        # Checked headers after ``host`` by member tuple: a caller sends the same
+        # few (a router's routing target), and checking one costs microseconds.
+        self._after_host: dict[tuple[object, ...], list[tuple[str, str]]] = {}
+
+    def after_host(self, members: tuple[object, ...]) -> list[tuple[str, str]]:
+        """``sagemaker_headers`` of ``members``, remembered unless they hold a secret."""
+        headers = self._after_host.get(members)
+        if headers is None:
+            headers = sagemaker_headers(self.operation, members)
+            remembered = self._after_host
+            if len(remembered) < _MAX_REMEMBERED and all(
+                members[index] is None for index in self.sensitive
+            ):
+                remembered[members] = headers  # never mutated: each request copies it
+        return headers
+
+    def check(self, members: tuple[object, ...]) -> None:
+        for index in self.required:
+            if members[index] is None:
+                member = self.operation.headers[index].name
+                raise errors.InvalidRequest(f"{member}: required by {self.name}")
 
 
 class RuntimeCalls:
-    """The four operations of the two runtimes, for one ``Gateway``."""
+    """The four operations of the two runtimes, for one ``Gateway``.
+
+    The success path is kept as lean as ``invoke``'s: the operation's checks
+    are computed once, and the secrets are gathered only when an error needs
+    redacting.
+    """
 
     def __init__(self, gateway: Gateway) -> None:
         self._gateway = gateway
         self._runtimes: dict[str, _Runtime] = {}
+        self._ops: dict[str, _Op] = {}
 
     def set_emit(self, emit: Emit | None) -> None:
         for runtime in self._runtimes.values():
@@ -146,31 +170,27 @@ class RuntimeCalls:
             runtime = self._runtimes[service] = _Runtime(service, self._gateway)
         return runtime
 
-    async def _begin(
-        self,
-        service: str,
-        operation_name: str,
-        name: str,
-        members: tuple[object, ...],
-        timeout: float | None,
-    ) -> _Call:
+    async def _op(self, service: str, operation_name: str) -> _Op:
+        """The operation, its runtime started (hosts resolved) on its first call."""
         gateway = self._gateway
         if not gateway._started:
             raise errors.GatewayError("the gateway is not started: use 'async with Gateway(...)'")
         runtime = self.runtime(service)
         if not runtime.started:
             await runtime.start(gateway)
-        operation = operation_table()[(service, operation_name)]
-        secrets = _secrets(operation, members)
-        for member, value in zip(operation.headers, members, strict=True):
-            if member.required and value is None:
-                raise errors.InvalidRequest(f"{member.name}: required by {operation_name}")
-        route = runtime.resolve(name)
+        op = self._ops.get(operation_name)
+        if op is None:
+            op = self._ops[operation_name] = _Op(
+                runtime, operation_table()[(service, operation_name)]
+            )
+        return op
+
+    def _deadline(self, route: Route, timeout: float | None) -> float:
         if timeout is None:
-            timeout = route.timeout_s or gateway._default_timeout
+            timeout = route.timeout_s or self._gateway._default_timeout
         else:
             _check_timeout(timeout)
-        return _Call(runtime, operation, route, time.monotonic() + timeout, secrets)
+        return time.monotonic() + timeout
 
     async def invoke(
         self,
@@ -183,33 +203,32 @@ class RuntimeCalls:
         user_agent: str | None,
     ) -> InvokeResult:
         """InvokeInferenceRouter or InvokeGlobalInferenceGateway: routed, hedged, retried."""
-        secrets = _secrets_of(service, operation_name, members)
         try:
-            call = await self._begin(service, operation_name, name, members, timeout)
-            operation = call.operation
-            payload = payload_bytes(body, _body_limit(operation), operation_name)
-            before_host = before_host_headers(operation, members)
-            after_host = sagemaker_headers(operation, members)
+            op = self._ops.get(operation_name)
             gateway = self._gateway
-            await gateway._ensure_credentials(call.deadline)
+            if op is None or not gateway._started:
+                op = await self._op(service, operation_name)
+            op.check(members)
+            runtime = op.runtime
+            route = runtime.resolve(name)
+            deadline = self._deadline(route, timeout)
+            operation = op.operation
+            payload = payload_bytes(body, op.limit, operation_name)
+            before_host = before_host_headers(operation, members)
+            after_host = op.after_host(members)
+            credentials = gateway._credentials
+            if credentials is not None and credentials.must_wait():
+                await credentials.fresh(deadline)
             agent = None if user_agent is None else gateway._caller_agent(user_agent)
-            sent = call.runtime.invoker.invoke(
-                call.route,
-                operation,
-                None,
-                before_host,
-                after_host,
-                True,
-                payload,
-                call.deadline,
-                agent,
+            sent = runtime.invoker.invoke(
+                route, operation, None, before_host, after_host, True, payload, deadline, agent
             )
             emit = gateway._emit
             if emit is None:
                 return await sent
-            return await _observed(emit, call.route.name, operation_name, sent)
+            return await _observed(emit, route.name, operation_name, sent)
         except errors.GatewayError as error:
-            redacted(error, secrets)
+            redacted(error, _secrets_of(service, operation_name, members))
             raise
 
     async def invoke_async(
@@ -220,13 +239,13 @@ class RuntimeCalls:
         user_agent: str | None,
     ) -> AsyncInvocation:
         """InvokeInferenceRouterAsync: one attempt (the request is queued on the far side)."""
-        secrets = _secrets_of(INFERENCE_ROUTER_RUNTIME, INVOKE_ROUTER_ASYNC, members)
         try:
-            call = await self._begin(
-                INFERENCE_ROUTER_RUNTIME, INVOKE_ROUTER_ASYNC, name, members, timeout
-            )
-            operation = call.operation
-            state, plan = call.runtime.invoker.single(call.route)
+            op = await self._op(INFERENCE_ROUTER_RUNTIME, INVOKE_ROUTER_ASYNC)
+            op.check(members)
+            route = op.runtime.resolve(name)
+            deadline = self._deadline(route, timeout)
+            operation = op.operation
+            state, plan = op.runtime.invoker.single(route)
             request = prepared(
                 plan,
                 operation,
@@ -238,16 +257,16 @@ class RuntimeCalls:
             gateway = self._gateway
             if user_agent is not None:
                 request.caller_agent = gateway._caller_agent(user_agent)
-            await gateway._ensure_credentials(call.deadline)
-            sent = call.runtime.invoker.send_once(
-                call.route, state, plan, request, call.deadline, (operation.success_status,)
+            await gateway._ensure_credentials(deadline)
+            sent = op.runtime.invoker.send_once(
+                route, state, plan, request, deadline, (operation.success_status,)
             )
             emit = gateway._emit
             if emit is None:
                 return async_invocation_from_response(await sent)
-            return await _observed_async(emit, call.route.name, plan.endpoint, sent)
+            return await _observed_async(emit, route.name, plan.endpoint, sent)
         except errors.GatewayError as error:
-            redacted(error, secrets)
+            redacted(error, _secrets_of(INFERENCE_ROUTER_RUNTIME, INVOKE_ROUTER_ASYNC, members))
             raise
 
     def invoke_stream(
@@ -277,10 +296,13 @@ class RuntimeCalls:
         user_agent: str | None,
     ) -> OpenedStream:
         operation_name = INVOKE_GLOBAL_GATEWAY_STREAM
-        call = await self._begin(GATEWAY_RUNTIME, operation_name, name, members, timeout)
-        operation = call.operation
-        payload = payload_bytes(body, _body_limit(operation), operation_name)
-        state, plan = call.runtime.invoker.single(call.route)
+        op = await self._op(GATEWAY_RUNTIME, operation_name)
+        op.check(members)
+        route = op.runtime.resolve(name)
+        deadline = self._deadline(route, timeout)
+        operation = op.operation
+        payload = payload_bytes(body, op.limit, operation_name)
+        state, plan = op.runtime.invoker.single(route)
         request = prepared(
             plan,
             operation,
@@ -292,15 +314,14 @@ class RuntimeCalls:
         gateway = self._gateway
         if user_agent is not None:
             request.caller_agent = gateway._caller_agent(user_agent)
-        await gateway._ensure_credentials(call.deadline)
+        await gateway._ensure_credentials(deadline)
         emit = gateway._emit
-        route = call.route
         if emit is not None:
             emit(CallStarted(route.name, None, operation_name))
         started = time.monotonic()
         try:
-            stream, finish = await call.runtime.invoker.open_stream(
-                route, state, plan, request, call.deadline
+            stream, finish = await op.runtime.invoker.open_stream(
+                route, state, plan, request, deadline
             )
         except BaseException as error:
             if emit is not None:
