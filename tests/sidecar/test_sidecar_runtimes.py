@@ -290,3 +290,35 @@ async def test_unknown_runtime_action_is_refused(
         response = await client.post("/inference-routers/r1/nope", content=b"{}")
     assert response.status_code == 404
     assert response.headers["x-amzn-errortype"].startswith("UnknownOperationException")
+
+
+async def test_the_sidecars_own_errors_in_each_runtimes_vocabulary(
+    stack: tuple[Emulator, Sidecar],
+) -> None:
+    import httpx
+
+    emulator, sidecar = stack
+    emulator.runtimes.gateways.set_latency("gw1", {"base_ms": 300.0})
+    async with httpx.AsyncClient(base_url=sidecar.url) as client:
+        late = await client.post(
+            "/global-inference-gateway/gw1/invocations",
+            content=json.dumps(CHAT).encode(),
+            headers={"content-type": "application/json", "x-gateway-timeout-ms": "20"},
+        )
+        unsupported = await client.post(
+            "/inference-routers/r1/invocations",
+            content=b"{}",
+            headers={
+                "x-amzn-sagemaker-routing-target-name": "t",
+                "x-amzn-sagemaker-target-model": "m.tar.gz",
+            },
+        )
+        missing = await client.post("/inference-routers/r1/invocations", content=b"{}")
+    assert late.status_code == 504
+    assert late.headers["x-amzn-errortype"].startswith("GatewayTimeoutException:")
+    assert unsupported.status_code == 400
+    assert unsupported.headers["x-amzn-errortype"].startswith("ValidationException:")
+    assert "x-amzn-sagemaker-target-model" in unsupported.json()["message"]
+    assert missing.status_code == 400
+    assert missing.headers["x-amzn-errortype"].startswith("ValidationException:")
+    assert "RoutingTargetName" in missing.json()["message"]
