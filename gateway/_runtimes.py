@@ -29,6 +29,7 @@ from gateway._api import (
     Operation,
     async_invocation_from_response,
     before_host_headers,
+    check_gateway_id,
     decode_runtime_error,
     operation_table,
     payload_bytes,
@@ -37,12 +38,14 @@ from gateway._api import (
 )
 from gateway._aws.models import GATEWAY_RUNTIME, INFERENCE_ROUTER_RUNTIME, service_model
 from gateway._call import Invoker, code_of, prepared
+from gateway._config import GatewayConfig
 from gateway._events import CallFinished, CallStarted, Emit
 from gateway._gateway_config import defaults_template
 from gateway._http.message import RawResponse
 from gateway._streaming import InvokeStream, OpenedStream, payload_parts
 from gateway._target_plans import TargetPlan, TargetPlanner
-from gateway.routing import Route, Router
+from gateway.routing import Route, RouteConfig, Router
+from gateway.routing._config import parse_routes
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -76,11 +79,14 @@ _MAX_CHAIN = 8
 class _Runtime:
     """One runtime service: its default routes, its hosts and its own invoker."""
 
-    def __init__(self, service: str, gateway: Gateway) -> None:
+    def __init__(
+        self, service: str, gateway: Gateway, routes: tuple[RouteConfig, ...] = ()
+    ) -> None:
         config = gateway.config
         self.service = service
+        self.routes = routes
         self.router = Router(
-            (), default_template=defaults_template(config), observer=gateway._health_changed
+            routes, default_template=defaults_template(config), observer=gateway._health_changed
         )
         self.planner = TargetPlanner(config, service)
         self.invoker = Invoker(gateway.transport, self.planner)
@@ -95,8 +101,9 @@ class _Runtime:
             if self.started:
                 return
             service_model(self.service)  # an older botocore: ServiceModelUnavailable
+            regions = {t.region for route in self.routes for t in route.targets if t.region}
             region, url, region_urls, _ = await asyncio.to_thread(
-                self.planner.resolve_with_botocore, set()
+                self.planner.resolve_with_botocore, regions
             )
             credentials = gateway._credentials
             assert credentials is not None
@@ -159,6 +166,8 @@ class RuntimeCalls:
         self._gateway = gateway
         self._runtimes: dict[str, _Runtime] = {}
         self._ops: dict[str, _Op] = {}
+        # Checked now, so a bad table fails the Gateway's construction, not its first call.
+        self._gateway_routes = global_gateway_routes(gateway.config)
 
     def set_emit(self, emit: Emit | None) -> None:
         for runtime in self._runtimes.values():
@@ -167,7 +176,8 @@ class RuntimeCalls:
     def runtime(self, service: str) -> _Runtime:
         runtime = self._runtimes.get(service)
         if runtime is None:
-            runtime = self._runtimes[service] = _Runtime(service, self._gateway)
+            routes = self._gateway_routes if service == GATEWAY_RUNTIME else ()
+            runtime = self._runtimes[service] = _Runtime(service, self._gateway, routes)
         return runtime
 
     async def _op(self, service: str, operation_name: str) -> _Op:
@@ -357,6 +367,25 @@ class RuntimeStream(InvokeStream):
 
 
 # -- helpers ------------------------------------------------------------------
+
+
+def global_gateway_routes(config: GatewayConfig) -> tuple[RouteConfig, ...]:
+    """``[global_gateway_routes.NAME]``: a model name (or any name) over Global Inference
+    Gateways, each target's ``endpoint`` a gateway id, in any Region."""
+    section = config.sections.get("global_gateway_routes")
+    if not section:
+        return ()
+    routes = tuple(parse_routes(section).values())
+    for route in routes:
+        for index, target in enumerate(route.targets):
+            where = f"global_gateway_routes.{route.name}.targets[{index}]"
+            if target.inference_router is not None or target.endpoint is None:
+                raise errors.ConfigError.at(where, "a target is a Global Inference Gateway id")
+            try:
+                check_gateway_id(target.endpoint)
+            except errors.InvalidRequest as exc:
+                raise errors.ConfigError.at(f"{where}.endpoint", str(exc)) from None
+    return routes
 
 
 def _secrets(operation: Operation, members: tuple[object, ...]) -> tuple[str, ...]:
