@@ -53,6 +53,7 @@ from gateway._api import (
     Operation,
     before_host_headers,
     decode_error,
+    decode_runtime_error,
     request_for,
     result_from_response,
 )
@@ -266,6 +267,12 @@ class Invoker:
         # An error answer's decoder: each runtime's model has its own error shapes.
         self.decode: Callable[[RawResponse], errors.ServiceError] = decode_error
 
+    def _decode(self, plan: TargetPlan, response: RawResponse) -> errors.ServiceError:
+        # An inference router target answers in its own runtime's error shapes.
+        if plan.routing_target is not None:
+            return decode_runtime_error(response)
+        return self.decode(response)
+
     def plan(self, route: Route, state: TargetState) -> TargetPlan:
         # A TargetState belongs to exactly one route, so it is the key.
         plan = self._plans.get(state)
@@ -299,7 +306,7 @@ class Invoker:
         call.payload_hash = request.payload_hash  # hashed once, whatever the attempts
         if response.status == 200:
             return result_from_response(response, plan.endpoint)
-        raise self.decode(response)
+        raise self._decode(plan, response)
 
     def _finish(
         self,
@@ -369,7 +376,7 @@ class Invoker:
             if response.status == 200:
                 record(route, state, plan.endpoint, started, None, PRIMARY, self.emit)
                 return result_from_response(response, plan.endpoint)
-            failure: BaseException = self.decode(response)
+            failure: BaseException = self._decode(plan, response)
         except BaseException as error:  # recorded below, then retried or re-raised
             failure = error
         call = CallSpec(
@@ -594,7 +601,7 @@ class Invoker:
         try:
             response = await self._transport.request(request, deadline)
             if response.status not in ok:
-                raise self.decode(response)
+                raise self._decode(plan, response)
             return response
         except BaseException as exc:
             error = exc

@@ -146,3 +146,25 @@ def test_router_target_key_labels_where() -> None:
         {"targets": [{"inference_router": "r", "routing_target": "t", "region": "eu-west-1"}]},
     )
     assert config.targets[0].key == "router/r/t@eu-west-1"
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("RequestTimeoutException", errors.RequestTimeout),
+        ("AccessDeniedException", errors.AccessDenied),
+    ],
+)
+async def test_router_target_errors_are_read_in_the_routers_vocabulary(
+    emulator: Emulator, eu: Emulator, code: str, expected: type[errors.ServiceError]
+) -> None:
+    eu.runtimes.routers.set_faults("r-eu", {code: 1.0})
+    targets = [_router_target(eu, weight=100), {"endpoint": "local-a", "weight": 1}]
+    async with _gateway(emulator, targets, retry={"max_attempts": 2}) as gw:
+        if expected.retryable:
+            result = await gw.invoke("bid", b"{}")  # retried on the endpoint
+            assert (result.target, result.attempts) == ("local-a", 2)
+        else:
+            with pytest.raises(expected) as caught:
+                await gw.invoke("bid", b"{}")
+            assert type(caught.value) is expected and caught.value.attempts == 1
