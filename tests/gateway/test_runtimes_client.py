@@ -554,3 +554,22 @@ def test_an_older_botocore_names_the_release_each_new_operation_needs(tmp_path: 
         f"stream: {GATEWAY_RUNTIME} 1.44.8",
         f"compat: {GATEWAY_RUNTIME} 1.44.8",
     ]
+
+
+async def test_a_stream_cut_mid_message_is_a_typed_error(emulator: Emulator) -> None:
+    from tests._faultproxy import FaultProxy
+
+    async with FaultProxy("127.0.0.1", emulator.port) as proxy:
+        await proxy.set_mode("reset_mid_body")
+        async with Gateway(
+            "us-east-1",
+            endpoint_url=proxy.url,
+            credentials=(ACCESS_KEY, SECRET_KEY),
+            defaults=ONE_ATTEMPT,
+        ) as gw:
+            with pytest.raises(errors.GatewayError) as caught:
+                async for _ in gw.invoke_global_gateway_stream("gw1", json.dumps(CHAT).encode()):
+                    pass
+    assert isinstance(caught.value, errors.TransportError | errors.ResponseStreamError), repr(
+        caught.value
+    )
