@@ -838,9 +838,9 @@ class Gateway:
         of its routing target ``routing_target`` (await the result).
 
         The result's ``routed_resource_arn`` and ``routing_reason`` say where the
-        router sent the call and why. ``router`` names a route of the router
-        runtime or, failing that, the inference router itself; the call is
-        routed, hedged and retried under one deadline as ``invoke`` is.
+        router sent the call and why. The call has one deadline, and is hedged
+        and retried by the ``[defaults]`` route rules, as ``invoke`` on a bare
+        endpoint name is.
         """
         # The members in the operation's signing order (its table entry's headers).
         members = (
