@@ -1012,7 +1012,9 @@ async def _with_events(
 # ``create_client("sagemaker-gateway-runtime")`` answer as botocore's clients of
 # those services do (botocore >= 1.44.8; aiobotocore cannot call them yet): the same
 # parameter validation, response dicts and exception classes, errors mapped as the
-# table above says, each service's own codes (``ValidationException``...).
+# table above says, each service's own codes (``ValidationException``...). They emit
+# no botocore event hooks (``client.meta.events``) yet: observe them through
+# ``client.gateway.add_hook``.
 
 
 def _runtime_operation(service: str, name: str) -> _Operation | None:
