@@ -66,8 +66,15 @@ CLIENTS = (
     "boto3",
     "raw-floor",
     "raw-floor+sign",
+    # The inference router and Global Inference Gateway calls, beside boto3's clients of them.
+    "gateway-router",
+    "boto3-router",
+    "gateway-global",
+    "boto3-global",
 )
 ENDPOINT = "bench-endpoint"
+ROUTER, ROUTING_TARGET, GATEWAY_ID = "bench-router", "bench-target", "benchgateway"
+CHAT = b'{"model":"echo","messages":[{"role":"user","content":"3,14,1042,77,5,811,2"}]}'
 # One headerless CSV row of the RTB model's seven features.
 BODY = b"3,14,1042,77,5,811,2"
 CONTENT_TYPE = "text/csv"
@@ -76,6 +83,30 @@ REGION = "us-east-1"
 ACCESS_KEY, SECRET_KEY = "AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"
 MARK = "@@bench "
 SIGNING_TARGET = 20.0  # ours <= 1/20 of botocore's add_auth (the CPU targets: SETUPS)
+# Each boto3 client's service and call, keyed by the client's name.
+BOTO3_CALLS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "boto3": (
+        "sagemaker-runtime",
+        "invoke_endpoint",
+        {"EndpointName": ENDPOINT, "Body": BODY, "ContentType": CONTENT_TYPE, "Accept": ACCEPT},
+    ),
+    "boto3-router": (
+        "sagemaker-inference-router-runtime",
+        "invoke_inference_router",
+        {
+            "InferenceRouterName": ROUTER,
+            "RoutingTargetName": ROUTING_TARGET,
+            "Body": BODY,
+            "ContentType": CONTENT_TYPE,
+            "Accept": ACCEPT,
+        },
+    ),
+    "boto3-global": (
+        "sagemaker-gateway-runtime",
+        "invoke_global_inference_gateway",
+        {"GatewayId": GATEWAY_ID, "Body": CHAT, "ContentType": "application/json"},
+    ),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +165,11 @@ def _client_ssl(cafile: str | None) -> ssl.SSLContext | None:
 
 @contextlib.asynccontextmanager
 async def _gateway(
-    url: str, transport_name: str, cafile: str | None, metrics: bool = False
+    url: str,
+    transport_name: str,
+    cafile: str | None,
+    metrics: bool = False,
+    operation: str = "invoke",
 ) -> AsyncIterator[tuple[AsyncCall, dict[str, Any]]]:
     from gateway import Gateway, PoolConfig
     from gateway._http.httpx_transport import HttpxTransport
@@ -153,9 +188,24 @@ async def _gateway(
         if metrics:
             gw.enable_metrics()
         invoke = gw.invoke
+        invoke_router = gw.invoke_router
+        invoke_global = gw.invoke_global_gateway
 
         def call(slot: int) -> Awaitable[Any]:
             return invoke(ENDPOINT, BODY, content_type=CONTENT_TYPE, accept=ACCEPT, timeout=1.0)
+
+        def call_router(slot: int) -> Awaitable[Any]:
+            return invoke_router(
+                ROUTER,
+                BODY,
+                routing_target=ROUTING_TARGET,
+                content_type=CONTENT_TYPE,
+                accept=ACCEPT,
+                timeout=1.0,
+            )
+
+        def call_global(slot: int) -> Awaitable[Any]:
+            return invoke_global(GATEWAY_ID, CHAT, timeout=1.0)
 
         def stats() -> dict[str, Any]:
             transport_stats = gw.transport.stats
@@ -169,8 +219,9 @@ async def _gateway(
             count: int = getattr(gw.transport, "open_connections", lambda: -1)()
             return count
 
+        calls = {"invoke": call, "router": call_router, "global": call_global}
         yield (
-            call,
+            calls[operation],
             {
                 "stats": stats,
                 "open_connections": open_connections,
@@ -357,13 +408,14 @@ async def _measure_async(
 
 
 def _measure_boto3(
-    url: str, cafile: str | None, plan: Plan, expected_body: bytes
+    url: str, cafile: str | None, plan: Plan, expected_body: bytes, name: str = "boto3"
 ) -> dict[str, Any]:
     import boto3
     from botocore.config import Config
 
+    service, method, params = BOTO3_CALLS[name]
     client = boto3.session.Session().client(
-        "sagemaker-runtime",
+        service,
         region_name=REGION,
         endpoint_url=url,
         aws_access_key_id=ACCESS_KEY,
@@ -371,12 +423,10 @@ def _measure_boto3(
         config=Config(max_pool_connections=64, retries={"max_attempts": 0}),
         verify=cafile,
     )
-    invoke_endpoint = client.invoke_endpoint
+    invoke = getattr(client, method)
 
     def call() -> bytes:
-        response = invoke_endpoint(
-            EndpointName=ENDPOINT, Body=BODY, ContentType=CONTENT_TYPE, Accept=ACCEPT
-        )
+        response = invoke(**params)
         body: bytes = response["Body"].read()
         return body
 
@@ -505,8 +555,8 @@ def child_main(name: str, url: str, cafile: str | None, plan: Plan) -> dict[str,
         return measure_signing(plan.sign_number, plan.sign_repeat)
     from bench._stub import BODY as STUB_BODY
 
-    if name == "boto3":
-        return _measure_boto3(url, cafile, plan, STUB_BODY)
+    if name in BOTO3_CALLS:
+        return _measure_boto3(url, cafile, plan, STUB_BODY, name)
     import uvloop
 
     factories: dict[
@@ -519,6 +569,8 @@ def child_main(name: str, url: str, cafile: str | None, plan: Plan) -> dict[str,
         "aiobotocore": lambda: _aiobotocore(url, cafile),
         "raw-floor": lambda: _raw(url, signed=False, cafile=cafile),
         "raw-floor+sign": lambda: _raw(url, signed=True, cafile=cafile),
+        "gateway-router": lambda: _gateway(url, "native", cafile, operation="router"),
+        "gateway-global": lambda: _gateway(url, "native", cafile, operation="global"),
     }
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(_measure_async(factories[name], plan, STUB_BODY))
@@ -691,6 +743,11 @@ def ratios(clients: dict[str, dict[str, Any]]) -> dict[str, float | None]:
         "boto3_vs_native": ratio(cpu("boto3"), native),
         "httpx_vs_native": ratio(cpu("gateway-httpx"), native),
         "metrics_vs_native": ratio(cpu("gateway-native+metrics"), native),
+        # The newer runtimes' calls: the gateway's CPU beside its InvokeEndpoint's and boto3's.
+        "router_vs_native": ratio(cpu("gateway-router"), native),
+        "global_vs_native": ratio(cpu("gateway-global"), native),
+        "boto3_router_vs_router": ratio(cpu("boto3-router"), cpu("gateway-router")),
+        "boto3_global_vs_global": ratio(cpu("boto3-global"), cpu("gateway-global")),
     }
 
 
@@ -983,6 +1040,16 @@ def _render_setup(setup: dict[str, Any]) -> Iterator[str]:
     yield (
         "- gateway-native+metrics ÷ gateway-native (the Prometheus hook on the event "
         f"stream): {_ratio(spread_of['metrics_vs_native'], 3)}"
+    )
+    yield (
+        "- gateway-router (InvokeInferenceRouter) ÷ gateway-native (InvokeEndpoint): "
+        f"{_ratio(spread_of['router_vs_native'], 3)}; boto3-router ÷ gateway-router: "
+        f"{_ratio(spread_of['boto3_router_vs_router'], 1)}"
+    )
+    yield (
+        "- gateway-global (InvokeGlobalInferenceGateway) ÷ gateway-native: "
+        f"{_ratio(spread_of['global_vs_native'], 3)}; boto3-global ÷ gateway-global: "
+        f"{_ratio(spread_of['boto3_global_vs_global'], 1)}"
     )
     yield (
         "- gateway-native connections opened once warm: "

@@ -41,6 +41,8 @@ MAX_PAYLOAD_BYTES = 6 * 1024 * 1024
 
 # SageMaker endpoint names: letters, digits and inner hyphens, at most 63.
 _ENDPOINT_NAME = re.compile(r"[a-zA-Z0-9](?:-*[a-zA-Z0-9]){0,62}")
+# A Global Inference Gateway's id: lower-case letters and digits, at most 64.
+_GATEWAY_ID = re.compile(r"[a-z0-9]{1,64}")
 # A header value may hold any visible Latin-1 character, space and tab, but
 # never CR, LF or NUL: those would let a caller inject headers. Other control
 # characters are not valid in a field value either (RFC 9110 5.5).
@@ -63,7 +65,10 @@ SERVICE_NAMES = (
 NOT_IN_CACHE_KEY = frozenset({"InferenceId"})
 # Keywords that differ from botocore's snake_case of the member name (kept
 # for the callers that already use them).
-_KEYWORD_OVERRIDES = {"InferenceComponentName": "inference_component"}
+_KEYWORD_OVERRIDES = {
+    "InferenceComponentName": "inference_component",
+    "RoutingTargetName": "routing_target",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,6 +382,14 @@ def check_endpoint_name(name: str) -> None:
         )
 
 
+def check_gateway_id(name: str) -> None:
+    if not _GATEWAY_ID.fullmatch(name):
+        raise errors.InvalidRequest(
+            f"invalid Global Inference Gateway id {name[:80]!r}: "
+            "lower-case letters and digits, at most 64"
+        )
+
+
 def check_header_value(name: str, value: str) -> str:
     """Refuse values that would corrupt or inject headers; return the trimmed value."""
     if _FORBIDDEN_IN_HEADER.search(value):
@@ -427,10 +440,16 @@ RESULT_MEMBERS: Final = tuple(
     for m in INVOKE.response
     if m.location == "header"
 )
+# An inference router's own answer headers (no other runtime sends them).
+_ROUTER_FIELDS: Final = (
+    ("x-amzn-sagemaker-invoked-routed-resource-arn", "routed_resource_arn"),
+    ("x-amzn-sagemaker-invoked-routing-reason", "routing_reason"),
+)
 # Response headers InvokeResult reads, by the raw lower-case name: those members,
-# then the request id.
+# an inference router's (where it sent the call, and why), then the request id.
 _RESULT_FIELDS: Final = {
     **{m.header.encode(): field for m, field in RESULT_MEMBERS},
+    **{header.encode(): field for header, field in _ROUTER_FIELDS},
     b"x-amzn-requestid": "request_id",
 }
 # The fields the constructor takes, in its order.
@@ -536,6 +555,16 @@ class InvokeResult:
         return self._field("request_id")
 
     @property
+    def routed_resource_arn(self) -> str | None:
+        """An inference router's answer: the endpoint or inference component it invoked."""
+        return self._field("routed_resource_arn")
+
+    @property
+    def routing_reason(self) -> str | None:
+        """An inference router's answer: why it chose that destination (``local-preferred``...)."""
+        return self._field("routing_reason")
+
+    @property
     def new_session_id(self) -> str | None:
         return self._field("new_session_id")
 
@@ -616,7 +645,7 @@ def result_from_response(response: RawResponse, target: str | None) -> InvokeRes
         result._raw = raw
         return result
     headers = response.headers
-    return InvokeResult(
+    result = InvokeResult(
         response.body,
         headers.get("content-type"),
         invoked_variant=headers.get("x-amzn-invoked-production-variant"),
@@ -626,6 +655,14 @@ def result_from_response(response: RawResponse, target: str | None) -> InvokeRes
         closed_session_id=headers.get("x-amzn-sagemaker-closed-session-id"),
         target=target,
     )
+    for header, field in _ROUTER_FIELDS:
+        value = headers.get(header)
+        if value is not None:
+            fields = result._fields
+            if fields is None:
+                fields = result._fields = {}
+            fields[field] = value
+    return result
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,6 +53,7 @@ from gateway._api import (
     Operation,
     before_host_headers,
     decode_error,
+    decode_runtime_error,
     request_for,
     result_from_response,
 )
@@ -137,6 +138,8 @@ def prepared(
     if plan.variant is not None and not variant_pinned and _TARGET_VARIANT in operation.by_header:
         # The target's variant, unless the caller named one; no member sorts after it.
         after_host = [*after_host, (_TARGET_VARIANT, plan.variant)]
+    if plan.routing_target is not None:
+        after_host = plan.routed_headers(operation, after_host)
     path, prefix = plan.path_of(operation)
     return request_for(
         plan.origin, path, prefix, plan.signer, before_host, after_host, body, payload_hash
@@ -273,6 +276,14 @@ class Invoker:
         self._plans: dict[TargetState, TargetPlan] = {}
         # The instrumentation stream; None (no hook): nothing is built or sent.
         self.emit: Emit | None = None
+        # An error answer's decoder: each runtime's model has its own error shapes.
+        self.decode: Callable[[RawResponse], errors.ServiceError] = decode_error
+
+    def _decode(self, plan: TargetPlan, response: RawResponse) -> errors.ServiceError:
+        # An inference router target answers in its own runtime's error shapes.
+        if plan.routing_target is not None:
+            return decode_runtime_error(response)
+        return self.decode(response)
 
     def plan(self, route: Route, state: TargetState) -> TargetPlan:
         # A TargetState belongs to exactly one route, so it is the key.
@@ -307,7 +318,7 @@ class Invoker:
         call.payload_hash = request.payload_hash  # hashed once, whatever the attempts
         if response.status == 200:
             return result_from_response(response, plan.endpoint)
-        raise decode_error(response)
+        raise self._decode(plan, response)
 
     def _finish(
         self,
@@ -377,7 +388,7 @@ class Invoker:
             if response.status == 200:
                 record(route, state, plan.endpoint, started, None, PRIMARY, self.emit)
                 return result_from_response(response, plan.endpoint)
-            failure: BaseException = decode_error(response)
+            failure: BaseException = self._decode(plan, response)
         except BaseException as error:  # recorded below, then retried or re-raised
             failure = error
         call = CallSpec(
@@ -602,7 +613,7 @@ class Invoker:
         try:
             response = await self._transport.request(request, deadline)
             if response.status not in ok:
-                raise decode_error(response)
+                raise self._decode(plan, response)
             return response
         except BaseException as exc:
             error = exc

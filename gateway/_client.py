@@ -69,6 +69,14 @@ from gateway._http.interfaces import Transport
 from gateway._http.message import Origin
 from gateway._metrics import DEFAULT_LABEL_CAP, GatewayMetrics
 from gateway._prometheus import route_and_cache_families
+from gateway._runtimes import (
+    GATEWAY_RUNTIME,
+    INFERENCE_ROUTER_RUNTIME,
+    INVOKE_GLOBAL_GATEWAY,
+    INVOKE_ROUTER,
+    RuntimeCalls,
+    RuntimeStream,
+)
 from gateway._streaming import InvokeStream, OpenedStream, payload_parts
 from gateway._target_plans import TargetPlan, TargetPlanner
 from gateway._tracing import TracingHook, gateway_tracer
@@ -183,6 +191,8 @@ class Gateway:
         )
         self._targets = TargetPlanner(config)
         self._invoker = Invoker(self._transport, self._targets)
+        # The inference router and Global Inference Gateway runtimes, set up on first use.
+        self._runtimes = RuntimeCalls(self)
         self._cache = make_cache(cache if isinstance(cache, CacheConfig) else None, config)
         self._cached = CachedCalls(self._cache) if self._cache is not None else None
         # The instrumentation stream (gateway._events): None while no hook is
@@ -689,6 +699,7 @@ class Gateway:
     def _set_emit(self, emit: Emit | None) -> None:
         self._emit = emit
         self._invoker.emit = emit
+        self._runtimes.set_emit(emit)
 
     def enable_metrics(self, label_cap: int = DEFAULT_LABEL_CAP) -> GatewayMetrics:
         """Count calls from now on (a ``GatewayMetrics`` hook); returns the counters.
@@ -767,6 +778,163 @@ class Gateway:
         credentials = self._credentials
         if credentials is not None and credentials.must_wait():
             await credentials.fresh(deadline)
+
+    # -- inference routers and Global Inference Gateways -----------------------
+
+    def invoke_router(
+        self,
+        router: str,
+        body: Buffer,
+        *,
+        routing_target: str,
+        content_type: str | None = None,
+        accept: str | None = None,
+        custom_attributes: str | None = None,
+        inference_id: str | None = None,
+        prefix_aware_id: str | None = None,
+        timeout: float | None = None,
+        user_agent: str | None = None,
+    ) -> Coroutine[Any, Any, InvokeResult]:
+        """InvokeInferenceRouter: the router ``router`` sends ``body`` to one destination
+        of its routing target ``routing_target`` (await the result).
+
+        The result's ``routed_resource_arn`` and ``routing_reason`` say where the
+        router sent the call and why. The call has one deadline, and is hedged
+        and retried by the ``[defaults]`` route rules, as ``invoke`` on a bare
+        endpoint name is.
+        """
+        # The members in the operation's signing order (its table entry's headers).
+        members = (
+            accept,
+            content_type,
+            custom_attributes,
+            inference_id,
+            prefix_aware_id,
+            routing_target,
+        )
+        return self.invoke_router_members(router, body, members, timeout, user_agent)
+
+    def invoke_router_members(
+        self,
+        router: str,
+        body: Buffer,
+        members: tuple[object, ...],
+        timeout: float | None = None,
+        user_agent: str | None = None,
+    ) -> Coroutine[Any, Any, InvokeResult]:
+        """``invoke_router`` with the members as one tuple, in the operation's signing order."""
+        return self._runtimes.invoke(
+            INFERENCE_ROUTER_RUNTIME, INVOKE_ROUTER, router, body, members, timeout, user_agent
+        )
+
+    async def invoke_router_async(
+        self,
+        router: str,
+        *,
+        routing_target: str,
+        input_location: str,
+        content_type: str | None = None,
+        accept: str | None = None,
+        custom_attributes: str | None = None,
+        inference_id: str | None = None,
+        request_ttl_seconds: int | None = None,
+        invocation_timeout_seconds: int | None = None,
+        filename: str | None = None,
+        s3_output_path_extension: str | None = None,
+        timeout: float | None = None,
+        user_agent: str | None = None,
+    ) -> AsyncInvocation:
+        """InvokeInferenceRouterAsync: queue a request whose input is in S3 (``input_location``)."""
+        # The members in the operation's signing order (its table entry's headers).
+        members = (
+            accept,
+            content_type,
+            custom_attributes,
+            filename,
+            inference_id,
+            input_location,
+            invocation_timeout_seconds,
+            request_ttl_seconds,
+            routing_target,
+            s3_output_path_extension,
+        )
+        return await self.invoke_router_async_members(router, members, timeout, user_agent)
+
+    async def invoke_router_async_members(
+        self,
+        router: str,
+        members: tuple[object, ...],
+        timeout: float | None = None,
+        user_agent: str | None = None,
+    ) -> AsyncInvocation:
+        """``invoke_router_async`` with the members as one tuple (signing order)."""
+        return await self._runtimes.invoke_async(router, members, timeout, user_agent)
+
+    def invoke_global_gateway(
+        self,
+        gateway_id: str,
+        body: Buffer,
+        *,
+        content_type: str = "application/json",
+        accept: str | None = None,
+        customer_identity_token: str | None = None,
+        timeout: float | None = None,
+        user_agent: str | None = None,
+    ) -> Coroutine[Any, Any, InvokeResult]:
+        """InvokeGlobalInferenceGateway: an OpenAI-compatible JSON ``body`` whose ``model``
+        picks the model (await the result; its ``body`` is the completion).
+
+        ``customer_identity_token`` (a JWT) is passed through, signed, and never
+        logged or put in an error's text.
+        """
+        members = (accept, content_type, customer_identity_token)
+        return self.invoke_global_gateway_members(gateway_id, body, members, timeout, user_agent)
+
+    def invoke_global_gateway_members(
+        self,
+        gateway_id: str,
+        body: Buffer,
+        members: tuple[object, ...],
+        timeout: float | None = None,
+        user_agent: str | None = None,
+    ) -> Coroutine[Any, Any, InvokeResult]:
+        """``invoke_global_gateway`` with the members as one tuple (signing order)."""
+        return self._runtimes.invoke(
+            GATEWAY_RUNTIME, INVOKE_GLOBAL_GATEWAY, gateway_id, body, members, timeout, user_agent
+        )
+
+    def invoke_global_gateway_stream(
+        self,
+        gateway_id: str,
+        body: Buffer,
+        *,
+        content_type: str = "application/json",
+        accept: str | None = None,
+        customer_identity_token: str | None = None,
+        timeout: float | None = None,
+        user_agent: str | None = None,
+    ) -> RuntimeStream:
+        """InvokeGlobalInferenceGatewayWithResponseStream: ``async for chunk in ...``.
+
+        Each chunk is a ``PayloadPart``'s bytes: the model server's SSE
+        (``data: {...}`` lines). A failure event mid-stream raises
+        ``InternalStreamFailure`` or ``ModelError``; never hedged or retried.
+        """
+        members = (accept, content_type, customer_identity_token)
+        return self.invoke_global_gateway_stream_members(
+            gateway_id, body, members, timeout, user_agent
+        )
+
+    def invoke_global_gateway_stream_members(
+        self,
+        gateway_id: str,
+        body: Buffer,
+        members: tuple[object, ...],
+        timeout: float | None = None,
+        user_agent: str | None = None,
+    ) -> RuntimeStream:
+        """``invoke_global_gateway_stream`` with the members as one tuple (signing order)."""
+        return self._runtimes.invoke_stream(gateway_id, body, members, timeout, user_agent)
 
 
 def _target_up(target: TargetState, config: RouteConfig) -> bool:

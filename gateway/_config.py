@@ -17,7 +17,15 @@ __all__ = ["GatewayConfig", "PoolConfig"]
 
 # Sections owned by other parts; validated there (routing, cache, sidecar, rtb).
 # [defaults] is the route template for bare endpoint names (routing validates it).
-_DELEGATED_SECTIONS = ("routes", "defaults", "cache", "sidecar", "rtb")
+_DELEGATED_SECTIONS = (
+    "routes",
+    "defaults",
+    "cache",
+    "sidecar",
+    "rtb",
+    # Global Inference Gateway routes: a model name over gateways (gateway._runtimes).
+    "global_gateway_routes",
+)
 # AWS region names, as botocore validates them.
 _REGION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?")
 

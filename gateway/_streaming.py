@@ -66,8 +66,12 @@ class InvokeStream:
 
 async def payload_parts(
     open_stream: Callable[[], Awaitable[OpenedStream]],
+    decode: Callable[[RawResponse], errors.ServiceError] = decode_error,
 ) -> AsyncGenerator[bytes, None]:
-    """Open the stream on first iteration, then yield each PayloadPart's bytes."""
+    """Open the stream on first iteration, then yield each PayloadPart's bytes.
+
+    ``decode`` reads an error answer (the runtime's model decides its shapes).
+    """
     stream, finish = await open_stream()
     error: BaseException | None = None
     parts = 0
@@ -75,7 +79,7 @@ async def payload_parts(
         try:
             if stream.status != 200:
                 body = await error_body_prefix(stream)
-                raise decode_error(RawResponse(stream.status, stream.headers, body))
+                raise decode(RawResponse(stream.status, stream.headers, body))
             decoder = EventStreamDecoder()
             async for chunk in stream.chunks():
                 try:

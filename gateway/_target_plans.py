@@ -11,17 +11,26 @@ here calls back into ``Gateway``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from gateway import errors
-from gateway._api import Operation, check_endpoint_name, check_header_value
+from gateway._api import (
+    SERVICE_NAME,
+    Operation,
+    check_endpoint_name,
+    check_gateway_id,
+    check_header_value,
+    operation_table,
+)
+from gateway._aws.models import service_model
 from gateway._aws.sigv4 import SigV4Signer
 from gateway._config import GatewayConfig
 from gateway._credentials import CredentialSource, botocore_fetcher
 from gateway._http.message import Origin, user_agent
 from gateway._http.request import RequestSigner
 from gateway.routing import Route, TargetState
+from gateway.routing._config import parse_routes
 
 __all__ = ["TargetPlan", "TargetPlanner"]
 
@@ -34,6 +43,7 @@ class TargetPlan:
         "endpoint",
         "host",
         "origin",
+        "routing_target",
         "signer",
         "variant",
     )
@@ -50,6 +60,9 @@ class TargetPlan:
         self.host = origin.host_header
         self.signer = signer
         self.variant = variant
+        # An inference router target: ``endpoint`` is the router, this its routing
+        # target, and InvokeEndpoint goes out as InvokeInferenceRouter.
+        self.routing_target: str | None = None
         # Operation name -> (path, its SigV4 canonical-request prefix), on first use.
         self._paths: dict[str, tuple[str, str]] = {}
 
@@ -57,20 +70,75 @@ class TargetPlan:
         """The request path of ``operation`` on this target, and its signing prefix."""
         path = self._paths.get(operation.name)
         if path is None:
+            if self.routing_target is not None:
+                operation = _router_operation(operation)
             url_path = operation.path(self.endpoint)
             path = (url_path, SigV4Signer.request_prefix("POST", url_path))
             self._paths[operation.name] = path
         return path
 
+    def routed_headers(
+        self, operation: Operation, after_host: list[tuple[str, str]]
+    ) -> list[tuple[str, str]]:
+        """An InvokeEndpoint call's headers after ``host`` as InvokeInferenceRouter takes them.
+
+        The routing target joins them; a member the router does not take
+        (a target model, a session...) is refused rather than dropped, since
+        dropping it would silently change the call.
+        """
+        accepted = _router_operation(operation).by_header
+        headers = [(_ROUTING_TARGET, self.routing_target or "")]
+        for name, value in after_host:
+            if name not in accepted:
+                raise errors.InvalidRequest(
+                    f"{name}: not taken by inference router target {self.endpoint}"
+                )
+            headers.append((name, value))
+        headers.sort()
+        return headers
+
+
+_ROUTING_TARGET = "x-amzn-sagemaker-routing-target-name"
+ROUTER_SERVICE = "sagemaker-inference-router-runtime"
+
+
+def _router_operation(operation: Operation) -> Operation:
+    """InvokeInferenceRouter, for an InvokeEndpoint call to an inference router target."""
+    if operation.name != "InvokeEndpoint":
+        raise errors.InvalidRequest(
+            f"{operation.name} cannot go to an inference router target (InvokeEndpoint can)"
+        )
+    router = operation_table().get((ROUTER_SERVICE, "InvokeInferenceRouter"))
+    if router is None:
+        service_model(ROUTER_SERVICE)  # an older botocore: names the release it needs
+        raise AssertionError("unreachable: the model has InvokeInferenceRouter")
+    return router
+
 
 class TargetPlanner:
     """Origins and signers per region, resolved with botocore at start."""
 
-    def __init__(self, config: GatewayConfig) -> None:
+    def __init__(self, config: GatewayConfig, service: str = SERVICE_NAME) -> None:
         self.config = config
+        # The runtime whose hosts this planner resolves (botocore's service name).
+        self.service = service
+        self._endpoint_prefix = next(
+            (
+                op.service.endpoint_prefix
+                for (name, _), op in operation_table().items()
+                if name == service
+            ),
+            "runtime.sagemaker",
+        )
+        # A Global Inference Gateway is named by its id; every other resource as an endpoint.
+        self._check_name: Callable[[str], None] = (
+            check_gateway_id if service == "sagemaker-gateway-runtime" else check_endpoint_name
+        )
         self.origin: Origin | None = None
         self.region = ""
         self._region_urls: dict[str, str] = {}
+        # Inference router runtime URLs per region, for routes' router targets.
+        self._router_urls: dict[str, str] = {}
         self._origins: dict[str, Origin] = {}
         self._signers: dict[str, RequestSigner] = {}
         self.credentials: CredentialSource | None = None
@@ -88,7 +156,11 @@ class TargetPlanner:
         origins = {self.origin}
         for route in routes:
             for state in route.targets:
-                origins.add(self.target_origin(state.target.url, state.target.region))
+                target = state.target
+                if target.inference_router is not None:
+                    origins.add(self.router_origin(target.url, target.region))
+                else:
+                    origins.add(self.target_origin(target.url, target.region))
         return list(origins)
 
     def resolve_with_botocore(self, regions: set[str]) -> tuple[str, str, dict[str, str], Any]:
@@ -110,15 +182,32 @@ class TargetPlanner:
             raise errors.ConfigError(
                 "region: not set (pass region=, set it in the config, or set AWS_DEFAULT_REGION)"
             )
-        # botocore applies AWS_ENDPOINT_URL(_SAGEMAKER_RUNTIME), the profile's
-        # endpoint_url and AWS_IGNORE_CONFIGURED_ENDPOINT_URLS itself.
+        # botocore applies AWS_ENDPOINT_URL(_<SERVICE>), the profile's endpoint_url
+        # and AWS_IGNORE_CONFIGURED_ENDPOINT_URLS itself, per service.
         url = self.config.endpoint_url or self._botocore_endpoint(session, region)
         # TargetPlanner in other regions need their own regional runtime host.
         region_urls = {r: self._botocore_endpoint(session, r) for r in regions if r != region}
+        self._router_urls = self._router_endpoints(session, region)
         fetch = botocore_fetcher(session) if self.config.credentials is None else None
         return region, url, region_urls, fetch
 
-    def _botocore_endpoint(self, session: Any, region: str) -> str:
+    def _router_endpoints(self, session: Any, region: str) -> dict[str, str]:
+        """The inference router runtime's URL in each region a route's router target names."""
+        routes = self.config.sections.get("routes")
+        regions = {
+            target.region or region
+            for route in (parse_routes(routes).values() if routes else ())
+            for target in route.targets
+            if target.inference_router is not None and target.url is None
+        }
+        if not regions or self.service != SERVICE_NAME:
+            return {}
+        urls = {r: self._botocore_endpoint(session, r, ROUTER_SERVICE) for r in regions}
+        if self.config.endpoint_url and region in urls:
+            urls[region] = self.config.endpoint_url  # one endpoint_url serves every runtime
+        return urls
+
+    def _botocore_endpoint(self, session: Any, region: str, service: str = "") -> str:
         import botocore.config
 
         # Only what the user set: unset options stay botocore's to resolve from
@@ -133,7 +222,7 @@ class TargetPlanner:
             if value is not None
         }
         client = session.create_client(
-            "sagemaker-runtime",
+            service or self.service,
             region_name=region,
             aws_access_key_id="unused",
             aws_secret_access_key="unused",
@@ -148,7 +237,8 @@ class TargetPlanner:
         if url is None:
             assert region is not None
             url = (
-                self._region_urls.get(region) or f"https://runtime.sagemaker.{region}.amazonaws.com"
+                self._region_urls.get(region)
+                or f"https://{self._endpoint_prefix}.{region}.amazonaws.com"
             )
         origin = self._origins.get(url)
         if origin is None:
@@ -164,9 +254,33 @@ class TargetPlanner:
             self._signers[region] = signer
         return signer
 
+    def router_origin(self, url: str | None, region: str | None) -> Origin:
+        """Where an inference router target's calls go: its url, else its region's host."""
+        if url is None:
+            region = region or self.region
+            url = (
+                self._router_urls.get(region)
+                or f"https://inferencerouter-runtime.sagemaker.{region}.amazonaws.com"
+            )
+        origin = self._origins.get(url)
+        if origin is None:
+            origin = self._origins[url] = Origin.from_url(url)
+        return origin
+
     def plan_for(self, route: Route, state: TargetState) -> TargetPlan:
         target = state.target
-        check_endpoint_name(target.endpoint)
+        if target.inference_router is not None:
+            check_endpoint_name(target.inference_router)
+            plan = TargetPlan(
+                target.inference_router,
+                self.router_origin(target.url, target.region),
+                self.signer_for(target.region),
+                None,
+            )
+            plan.routing_target = target.routing_target
+            return plan
+        assert target.endpoint is not None  # a target is an endpoint or a router
+        self._check_name(target.endpoint)
         return TargetPlan(
             target.endpoint,
             self.target_origin(target.url, target.region),

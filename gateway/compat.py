@@ -59,7 +59,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final, Literal, Self, overload
 
 import botocore.exceptions
 import botocore.session
@@ -69,11 +69,14 @@ from botocore.hooks import HierarchicalEmitter
 from gateway import _api as api
 from gateway import errors
 from gateway._api import AsyncInvocation, InvokeResult
+from gateway._aws.models import GATEWAY_RUNTIME, INFERENCE_ROUTER_RUNTIME, service_model
 from gateway._client import Gateway
 
 __all__ = [
     "ClientMeta",
     "EventStream",
+    "GatewayRuntimeClient",
+    "InferenceRouterRuntimeClient",
     "SageMakerRuntimeClient",
     "Session",
     "StreamingBody",
@@ -112,6 +115,8 @@ class _Operation:
     name: str
     path: str  # after /endpoints/{name}, for error messages
     operation: api.Operation
+    uri_member: str  # the resource the path names: EndpointName, InferenceRouterName...
+    positional: frozenset[str]  # that member and a required Body: read apart from the rest
     has_body: bool  # Body is required and passed positionally (not async's inline Body)
     # API name -> (place, kind), every member of the model but EndpointName and a
     # required Body, plus our Timeout. The place is the member's in the call's
@@ -142,6 +147,8 @@ def _operation(operation: api.Operation) -> _Operation:
         operation.name,
         operation.action,
         operation,
+        operation.uri_member,
+        frozenset({operation.uri_member, "Body"}),
         has_body,
         params,
         tuple(m.name for m in operation.request if m.required and m.location == "header"),
@@ -154,7 +161,6 @@ _INVOKE: Final = _operation(api.INVOKE)
 _STREAM: Final = _operation(api.INVOKE_STREAM)
 _ASYNC: Final = _operation(api.INVOKE_ASYNC)
 _VALIDATOR: Final = botocore.validate.ParamValidator()
-_POSITIONAL: Final = frozenset({"EndpointName", "Body"})
 
 
 @dataclass(slots=True)
@@ -191,9 +197,13 @@ def _parse(operation: _Operation, params: dict[str, Any]) -> _Call:
     safe. The usual call (str values, bytes Body) costs one lookup per
     parameter; anything else takes the slow path, which coerces or reports.
     """
-    endpoint = params.get("EndpointName", _MISSING)
+    endpoint = params.get(operation.uri_member, _MISSING)
     body = params.get("Body", _MISSING) if operation.has_body else b""
-    ok = type(endpoint) is str and type(body) is bytes
+    ok = (
+        type(endpoint) is str
+        and (endpoint or operation.uri_member not in operation.nonempty)
+        and type(body) is bytes
+    )
     options: dict[str, Any] = {}
     for key, value in params.items():
         spec = operation.params.get(key)
@@ -202,8 +212,8 @@ def _parse(operation: _Operation, params: dict[str, Any]) -> _Call:
             or (spec[1] == _SECONDS and type(value) in (float, int))
         ):
             options[key] = value
-        elif spec is None and key in _POSITIONAL:
-            continue  # EndpointName, or a required Body: read above
+        elif spec is None and key in operation.positional:
+            continue  # EndpointName (or the like), or a required Body: read above
         else:
             ok = False
     if ok and (
@@ -317,13 +327,15 @@ class EventStream:
 
     def __init__(
         self,
-        client: SageMakerRuntimeClient,
+        client: SageMakerRuntimeClient | _RuntimeClient,
         endpoint: str,
         parts: AsyncIterator[bytes],
         first: bytes | None,
         pending: errors.GatewayError | None,
+        operation: _Operation = _STREAM,
     ) -> None:
         self._client = client
+        self._operation = operation
         self._endpoint = endpoint
         self._parts = parts
         self._first = first
@@ -343,7 +355,7 @@ class EventStream:
             async for part in self._parts:
                 yield {"PayloadPart": {"Bytes": part}}
         except errors.GatewayError as exc:
-            raise self._client._translate(exc, _STREAM, self._endpoint) from exc
+            raise self._client._translate(exc, self._operation, self._endpoint) from exc
 
     async def aclose(self) -> None:
         """Release the connection without reading the rest of the stream."""
@@ -594,6 +606,7 @@ class Session:
         if profile is not None:
             self._botocore.set_config_variable("profile", profile)
         self._exceptions: Any = None
+        self._runtime_exceptions: dict[str, Any] = {}
 
     @property
     def exceptions(self) -> Any:
@@ -603,6 +616,60 @@ class Session:
             factory = self._botocore.get_component("exceptions_factory")
             self._exceptions = factory.create_client_exceptions(model)
         return self._exceptions
+
+    @overload
+    def create_client(  # type: ignore[overload-overlap]  # a Literal beside str, as typeshed does
+        self,
+        service_name: Literal["sagemaker-inference-router-runtime"],
+        region_name: str | None = None,
+        api_version: str | None = None,
+        use_ssl: bool = True,
+        verify: bool | str | None = None,
+        endpoint_url: str | None = None,
+        aws_access_key_id: str | None = None,
+        aws_secret_access_key: str | None = None,
+        aws_session_token: str | None = None,
+        config: Any = None,
+        aws_account_id: str | None = None,
+        *,
+        gateway: Gateway | None = None,
+    ) -> InferenceRouterRuntimeClient: ...
+
+    @overload
+    def create_client(  # type: ignore[overload-overlap]
+        self,
+        service_name: Literal["sagemaker-gateway-runtime"],
+        region_name: str | None = None,
+        api_version: str | None = None,
+        use_ssl: bool = True,
+        verify: bool | str | None = None,
+        endpoint_url: str | None = None,
+        aws_access_key_id: str | None = None,
+        aws_secret_access_key: str | None = None,
+        aws_session_token: str | None = None,
+        config: Any = None,
+        aws_account_id: str | None = None,
+        *,
+        gateway: Gateway | None = None,
+    ) -> GatewayRuntimeClient: ...
+
+    @overload
+    def create_client(
+        self,
+        service_name: str,
+        region_name: str | None = None,
+        api_version: str | None = None,
+        use_ssl: bool = True,
+        verify: bool | str | None = None,
+        endpoint_url: str | None = None,
+        aws_access_key_id: str | None = None,
+        aws_secret_access_key: str | None = None,
+        aws_session_token: str | None = None,
+        config: Any = None,
+        aws_account_id: str | None = None,
+        *,
+        gateway: Gateway | None = None,
+    ) -> SageMakerRuntimeClient: ...
 
     def create_client(
         self,
@@ -619,7 +686,7 @@ class Session:
         aws_account_id: str | None = None,
         *,
         gateway: Gateway | None = None,
-    ) -> SageMakerRuntimeClient:
+    ) -> SageMakerRuntimeClient | InferenceRouterRuntimeClient | GatewayRuntimeClient:
         """Same arguments as aiobotocore's; ``gateway=`` wraps a Gateway you own instead.
 
         ``api_version``, ``use_ssl`` and ``aws_account_id`` are accepted and
@@ -628,9 +695,10 @@ class Session:
         ``config`` (a botocore/aiobotocore ``Config``): see ``_SUPPORTED_OPTIONS``;
         any other option set explicitly raises ``InvalidConfigError``.
         """
-        if service_name != SERVICE_NAME:
+        if service_name != SERVICE_NAME and service_name not in RUNTIME_SERVICES:
             raise botocore.exceptions.UnknownServiceError(
-                service_name=service_name, known_service_names=SERVICE_NAME
+                service_name=service_name,
+                known_service_names=", ".join((SERVICE_NAME, *RUNTIME_SERVICES)),
             )
         options = _explicit_options(config)
         region = (
@@ -662,8 +730,25 @@ class Session:
                 error_msg="gateway.compat: a client that wraps a Gateway takes its settings "
                 "from that Gateway; pass only region_name with gateway="
             )
-        meta = ClientMeta(SERVICE_NAME, region, endpoint_url or gateway.config.endpoint_url)
+        meta = ClientMeta(service_name, region, endpoint_url or gateway.config.endpoint_url)
+        if service_name in RUNTIME_SERVICES:
+            runtime = RUNTIME_SERVICES[service_name]
+            exceptions = self.exceptions_of(service_name)
+            client = runtime(gateway, exceptions, meta, owns_gateway=owns_gateway)
+            assert isinstance(client, InferenceRouterRuntimeClient | GatewayRuntimeClient)
+            return client
         return SageMakerRuntimeClient(gateway, self.exceptions, meta, owns_gateway=owns_gateway)
+
+    def exceptions_of(self, service_name: str) -> Any:
+        """botocore's modeled exception classes of ``service_name``, built once per session."""
+        if service_name == SERVICE_NAME:
+            return self.exceptions
+        built = self._runtime_exceptions.get(service_name)
+        if built is None:
+            model = service_model(service_name)  # an older botocore: names the release
+            factory = self._botocore.get_component("exceptions_factory")
+            built = self._runtime_exceptions[service_name] = factory.create_client_exceptions(model)
+        return built
 
     def _default_region(self) -> str:
         region = self._botocore.get_config_variable("region")
@@ -788,7 +873,25 @@ def get_session() -> Session:
     return _default_session
 
 
-def create_client(service_name: str, **kwargs: Any) -> SageMakerRuntimeClient:
+@overload
+def create_client(
+    service_name: Literal["sagemaker-inference-router-runtime"], **kwargs: Any
+) -> InferenceRouterRuntimeClient: ...
+
+
+@overload
+def create_client(
+    service_name: Literal["sagemaker-gateway-runtime"], **kwargs: Any
+) -> GatewayRuntimeClient: ...
+
+
+@overload
+def create_client(service_name: str, **kwargs: Any) -> SageMakerRuntimeClient: ...
+
+
+def create_client(
+    service_name: str, **kwargs: Any
+) -> SageMakerRuntimeClient | InferenceRouterRuntimeClient | GatewayRuntimeClient:
     """``get_session().create_client(...)``: use as ``async with create_client(...) as c``."""
     return get_session().create_client(service_name, **kwargs)
 
@@ -901,3 +1004,203 @@ async def _with_events(
         context=context,
     )
     return response
+
+
+# -- the inference router and Global Inference Gateway runtimes ---------------------
+#
+# ``create_client("sagemaker-inference-router-runtime")`` and
+# ``create_client("sagemaker-gateway-runtime")`` answer as botocore's clients of
+# those services do (botocore >= 1.44.8; aiobotocore cannot call them yet): the same
+# parameter validation, response dicts and exception classes, errors mapped as the
+# table above says, each service's own codes (``ValidationException``...). They emit
+# no botocore event hooks (``client.meta.events``) yet: observe them through
+# ``client.gateway.add_hook``.
+
+
+def _runtime_operation(service: str, name: str) -> _Operation | None:
+    operation = api.operation_table().get((service, name))
+    return _operation(operation) if operation is not None else None
+
+
+# Result fields by the response member they answer (InvokeInferenceRouter's headers).
+_ROUTER_RESULT_FIELDS: Final = {
+    "ContentType": "content_type",
+    "InvokedRoutedResourceArn": "routed_resource_arn",
+    "RoutingReason": "routing_reason",
+    "InvokedProductionVariant": "invoked_variant",
+    "CustomAttributes": "custom_attributes",
+}
+
+
+class _RuntimeClient:
+    """What both runtimes' clients share: the Gateway, lifecycle and error mapping."""
+
+    SERVICE: str = ""
+
+    def __init__(
+        self, gateway: Gateway, exceptions: Any, meta: ClientMeta, *, owns_gateway: bool
+    ) -> None:
+        self._gateway = gateway
+        self.exceptions = exceptions
+        self.meta = meta
+        self._owns_gateway = owns_gateway
+
+    @property
+    def gateway(self) -> Gateway:
+        return self._gateway
+
+    async def __aenter__(self) -> Self:
+        if self._owns_gateway:
+            await self._gateway.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._owns_gateway:
+            await self._gateway.aclose()
+
+    def _operation(self, name: str) -> _Operation:
+        operation = _runtime_operation(self.SERVICE, name)
+        if operation is None:
+            service_model(self.SERVICE)  # raises, naming the botocore release needed
+            raise AssertionError(f"{name} is not in {self.SERVICE}'s model")
+        return operation
+
+    def _translate(self, exc: errors.GatewayError, operation: _Operation, name: str) -> Any:
+        """The botocore exception botocore's client of this service would have raised."""
+        if isinstance(exc, errors.ServiceError):
+            if exc.code in _STREAM_ERROR_CODES and exc.status < 400:
+                error = {"Error": {"Code": exc.code, "Message": exc.message}}
+                return botocore.exceptions.EventStreamError(error, operation.name)
+            response = _service_error_response(exc)
+            if isinstance(exc, errors.ResourceNotFound):
+                response["Message"] = exc.message
+                for key, value in (
+                    ("ResourceId", exc.resource_id),
+                    ("ResourceType", exc.resource_type),
+                ):
+                    if value is not None:
+                        response[key] = value
+            return self.exceptions.from_code(exc.code)(response, operation.name)
+        if isinstance(exc, errors.InvalidHeaderValue):
+            return botocore.exceptions.HTTPClientError(error=exc)
+        if isinstance(exc, errors.InvalidRequest):
+            refused = errors.ValidationError(str(exc), code="ValidationException", status=400)
+            error_class = self.exceptions.from_code("ValidationException")
+            return error_class(_service_error_response(refused), operation.name)
+        for gateway_class, botocore_class in _TRANSPORT_ERRORS:
+            if isinstance(exc, gateway_class):
+                url = f"{self.meta.endpoint_url or ''}{operation.operation.path(name)}"
+                return botocore_class(endpoint_url=url, error=exc)
+        return botocore.exceptions.HTTPClientError(error=exc)
+
+
+class InferenceRouterRuntimeClient(_RuntimeClient):
+    """botocore's ``sagemaker-inference-router-runtime`` client, served by a :class:`Gateway`."""
+
+    SERVICE = INFERENCE_ROUTER_RUNTIME
+
+    async def invoke_inference_router(self, **params: Any) -> dict[str, Any]:
+        """InvokeInferenceRouter: ``response["Body"]``, the routed resource ARN and reason."""
+        operation = self._operation("InvokeInferenceRouter")
+        call = _parse(operation, params)
+        try:
+            result = await self._gateway.invoke_router_members(
+                call.endpoint, call.body, call.members, call.timeout
+            )
+        except errors.GatewayError as exc:
+            raise self._translate(exc, operation, call.endpoint) from exc
+        response: dict[str, Any] = {"Body": StreamingBody(result.body)}
+        for member, field_name in _ROUTER_RESULT_FIELDS.items():
+            value = result.field(field_name)
+            if value is not None:
+                response[member] = value
+        headers = result.headers
+        response["ResponseMetadata"] = _metadata(
+            result.request_id,
+            200,
+            headers if type(headers) is dict else dict(headers),
+            result.attempts - 1,
+        )
+        return response
+
+    async def invoke_inference_router_async(self, **params: Any) -> dict[str, Any]:
+        """InvokeInferenceRouterAsync (the input is already in S3 at ``InputLocation``)."""
+        operation = self._operation("InvokeInferenceRouterAsync")
+        call = _parse(operation, params)
+        try:
+            result = await self._gateway.invoke_router_async_members(
+                call.endpoint, call.members, call.timeout
+            )
+        except errors.GatewayError as exc:
+            raise self._translate(exc, operation, call.endpoint) from exc
+        return _async_response(result, 1)
+
+
+class GatewayRuntimeClient(_RuntimeClient):
+    """botocore's ``sagemaker-gateway-runtime`` client, served by a :class:`Gateway`."""
+
+    SERVICE = GATEWAY_RUNTIME
+
+    async def invoke_global_inference_gateway(self, **params: Any) -> dict[str, Any]:
+        """InvokeGlobalInferenceGateway: ``response["Body"]`` is the completion's JSON."""
+        operation = self._operation("InvokeGlobalInferenceGateway")
+        call = _parse(operation, params)
+        try:
+            result = await self._gateway.invoke_global_gateway_members(
+                call.endpoint, call.body, call.members, call.timeout
+            )
+        except errors.GatewayError as exc:
+            raise self._translate(exc, operation, call.endpoint) from exc
+        headers = result.headers
+        return {
+            "Body": StreamingBody(result.body),
+            "ResponseMetadata": _metadata(
+                result.request_id,
+                200,
+                headers if type(headers) is dict else dict(headers),
+                result.attempts - 1,
+            ),
+        }
+
+    async def invoke_global_inference_gateway_with_response_stream(
+        self, **params: Any
+    ) -> dict[str, Any]:
+        """...WithResponseStream: ``async for event in response["Body"]`` (SSE bytes)."""
+        operation = self._operation("InvokeGlobalInferenceGatewayWithResponseStream")
+        call = _parse(operation, params)
+        name = call.endpoint
+        parts = self._gateway.invoke_global_gateway_stream_members(
+            name, call.body, call.members, call.timeout
+        )
+        first: bytes | None = None
+        pending: errors.GatewayError | None = None
+        try:
+            first = await anext(parts)
+        except StopAsyncIteration:
+            pass
+        except errors.ServiceError as exc:
+            if exc.code not in _STREAM_ERROR_CODES or exc.status >= 400:
+                raise self._translate(exc, operation, name) from exc
+            pending = exc
+        except errors.GatewayError as exc:
+            raise self._translate(exc, operation, name) from exc
+        stream = EventStream(self, name, parts, first, pending, operation)
+        headers = dict(parts.response_headers)
+        return {
+            "Body": stream,
+            "ResponseMetadata": _metadata(parts.request_id, 200, headers, 0),
+        }
+
+
+RUNTIME_SERVICES: Final[dict[str, type[_RuntimeClient]]] = {
+    INFERENCE_ROUTER_RUNTIME: InferenceRouterRuntimeClient,
+    GATEWAY_RUNTIME: GatewayRuntimeClient,
+}

@@ -17,23 +17,43 @@ _MAX_EJECTION_S = 300.0
 
 @section("target")
 class Target:
-    """One place a request can go: a SageMaker endpoint, optionally pinned.
+    """One place a request can go: a SageMaker endpoint, optionally pinned, or an
+    inference router's routing target (``inference_router`` + ``routing_target``),
+    which then picks the endpoint itself.
 
     ``key`` is stable across processes and restarts; it feeds the
     rendezvous hash for multi-model endpoints and labels metrics.
     """
 
-    endpoint: str
+    endpoint: str | None = None  # None: an inference router target
     region: str | None = None
     url: str | None = setting(default=None, check=http_url)
     variant: str | None = None
     weight: float = setting(default=1.0, gt=0)
+    inference_router: str | None = None
+    routing_target: str | None = None
     key: str = field(init=False)
 
     def __post_init__(self) -> None:
+        if self.inference_router is None:
+            if not self.endpoint:
+                raise fail(self, "endpoint", "required (or inference_router + routing_target)")
+            if self.routing_target is not None:
+                raise fail(self, "routing_target", "only with inference_router")
+            key = self.endpoint if self.variant is None else f"{self.endpoint}/{self.variant}"
+        else:
+            if self.endpoint is not None:
+                raise fail(self, "endpoint", "a target is an endpoint or an inference router")
+            if not self.routing_target:
+                raise fail(self, "routing_target", "required with inference_router")
+            if self.variant is not None:
+                raise fail(self, "variant", "the inference router picks the destination")
+            key = f"router/{self.inference_router}/{self.routing_target}"
+        self._set_key(key)
+
+    def _set_key(self, key: str) -> None:
         # Readable enough for a metrics label, unique enough for a route: the
         # URL's host (not the whole URL) or the region says *where*.
-        key = self.endpoint if self.variant is None else f"{self.endpoint}/{self.variant}"
         where = urlsplit(self.url).netloc if self.url is not None else self.region
         object.__setattr__(self, "key", key if where is None else f"{key}@{where}")
 

@@ -35,13 +35,27 @@ from gateway._api import (
     RESULT_MEMBERS,
     InvokeResult,
     Operation,
+    operation_table,
 )
 from gateway._client import Gateway
+from gateway._runtimes import (
+    GATEWAY_RUNTIME,
+    INFERENCE_ROUTER_RUNTIME,
+    INVOKE_GLOBAL_GATEWAY,
+    INVOKE_GLOBAL_GATEWAY_STREAM,
+    INVOKE_ROUTER,
+    INVOKE_ROUTER_ASYNC,
+)
 from gateway._server.http import Request, Response, StreamingResponse
 from gateway._tracing import ServerTracing, gateway_tracer, trace_id_of_traceparent
 from gateway.sidecar._auth import Authenticator, SigV4Rejected
 from gateway.sidecar._config import SidecarConfig
-from gateway.sidecar._errors import error_response, gateway_error_response, new_request_id
+from gateway.sidecar._errors import (
+    error_response,
+    gateway_error_response,
+    new_request_id,
+    runtime_error_response,
+)
 from gateway.sidecar._logging import AccessLog
 from gateway.sidecar._metrics import SidecarMetrics
 from gateway.sidecar._relay import aclose, relay
@@ -69,6 +83,29 @@ _ACTIONS: Final = {
     "invocations": _INVOKE,
     "invocations-response-stream": _STREAM,
     "async-invocations": _ASYNC,
+}
+# The inference router and Global Inference Gateway runtimes on the same port:
+# path prefix -> {action: (operation label, service, operation)}.
+_ROUTER_PREFIX: Final = "/inference-routers/"
+_GATEWAY_PREFIX: Final = "/global-inference-gateway/"
+_ROUTER: Final = "router"
+_ROUTER_ASYNC: Final = "router_async"
+_GLOBAL: Final = "global_gateway"
+_GLOBAL_STREAM: Final = "global_gateway_stream"
+_RUNTIME_ACTIONS: Final = {
+    _ROUTER_PREFIX: {"invocations": _ROUTER, "async-invocations": _ROUTER_ASYNC},
+    _GATEWAY_PREFIX: {
+        "invocations": _GLOBAL,
+        "invocations-response-stream": _GLOBAL_STREAM,
+    },
+}
+# Each runtime operation's service and name (the table entry is looked up per
+# call: an older botocore has none, and the Gateway then says which it needs).
+_RUNTIME_OPERATIONS: Final = {
+    _ROUTER: (INFERENCE_ROUTER_RUNTIME, INVOKE_ROUTER),
+    _ROUTER_ASYNC: (INFERENCE_ROUTER_RUNTIME, INVOKE_ROUTER_ASYNC),
+    _GLOBAL: (GATEWAY_RUNTIME, INVOKE_GLOBAL_GATEWAY),
+    _GLOBAL_STREAM: (GATEWAY_RUNTIME, INVOKE_GLOBAL_GATEWAY_STREAM),
 }
 _EVENTSTREAM: Final = ("Content-Type", "application/vnd.amazon.eventstream")
 _JSON: Final = ("Content-Type", "application/json")
@@ -140,7 +177,9 @@ class SidecarApp:
         self.in_flight = 0
         self.started = False
         self.busy_poll = BusyPoll(config.busy_poll_us / 1e6) if config.busy_poll_us else None
-        operations = (_INVOKE, _STREAM, _ASYNC) + (("openrtb",) if rtb is not None else ())
+        operations = (_INVOKE, _STREAM, _ASYNC, *_RUNTIME_OPERATIONS) + (
+            ("openrtb",) if rtb is not None else ()
+        )
         self.metrics = SidecarMetrics(
             lambda: self.in_flight,
             config.metrics_label_cap,
@@ -182,6 +221,12 @@ class SidecarApp:
                 return await self._invocation(request, operation, name)
         elif path == "/ping" and request.method in ("GET", "HEAD"):
             return self._ping()
+        elif path.startswith(_ROUTER_PREFIX) or path.startswith(_GATEWAY_PREFIX):
+            prefix = _ROUTER_PREFIX if path.startswith(_ROUTER_PREFIX) else _GATEWAY_PREFIX
+            name, _, action = path[len(prefix) :].partition("/")
+            operation = _RUNTIME_ACTIONS[prefix].get(action)
+            if operation is not None and request.method == "POST":
+                return await self._invocation(request, operation, name)
         self.metrics.reject("unknown_operation")
         return error_response("UnknownOperationException", "Unknown operation", 404)
 
@@ -242,12 +287,18 @@ class SidecarApp:
                 response: Response | StreamingResponse = _result_response(result)
             elif operation == _STREAM:
                 response = await self._stream(request, name)
-            else:
+            elif operation == _ASYNC:
                 response = await self._async(request, name)
+            else:
+                response = await self._runtime(request, operation, name)
         except errors.GatewayError as error:
-            response = gateway_error_response(error)
+            if operation in _RUNTIME_OPERATIONS:
+                response = runtime_error_response(error, _RUNTIME_OPERATIONS[operation][0])
+            else:
+                response = gateway_error_response(error)
         except _BadRequest as error:
-            response = error_response("ValidationError", str(error), 400)
+            code = "ValidationException" if operation in _RUNTIME_OPERATIONS else "ValidationError"
+            response = error_response(code, str(error), 400)
         except Exception as error:
             # A bug, not a SageMaker answer: say InternalFailure, keep the trace.
             logger.exception("invocation failed unexpectedly", extra={"route": name})
@@ -373,6 +424,50 @@ class SidecarApp:
         answer_body = {"InferenceId": answer.inference_id} if answer.inference_id else {}
         return Response(202, headers, orjson.dumps(answer_body))
 
+    async def _runtime(
+        self, request: Request, operation: str, name: str
+    ) -> Response | StreamingResponse:
+        """An inference router's or a Global Inference Gateway's operation, relayed."""
+        service, operation_name = _RUNTIME_OPERATIONS[operation]
+        table = operation_table().get((service, operation_name))
+        if table is None:
+            # An older botocore: the Gateway's call raises the error naming the release.
+            members: tuple[object, ...] = ()
+            timeout, agent = self._default_timeout, None
+        else:
+            members, timeout, _, agent = self._members(request.headers, table)
+        gw = self._gw
+        if operation == _ROUTER:
+            result = await gw.invoke_router_members(name, request.body, members, timeout, agent)
+            return _router_response(result)
+        if operation == _GLOBAL:
+            result = await gw.invoke_global_gateway_members(
+                name, request.body, members, timeout, agent
+            )
+            return _result_response(result)
+        if operation == _GLOBAL_STREAM:
+            parts = gw.invoke_global_gateway_stream_members(
+                name, request.body, members, timeout, agent
+            )
+            try:
+                first: bytes | None = await anext(parts)
+            except StopAsyncIteration:
+                first = None
+            except BaseException:
+                await aclose(parts)
+                raise
+            request_id = parts.response_headers.get("x-amzn-requestid")
+            headers = [_EVENTSTREAM, ("x-amzn-RequestId", request_id or new_request_id())]
+            return StreamingResponse(relay(self, parts, first), 200, headers)
+        answer = await gw.invoke_router_async_members(name, members, timeout, agent)
+        async_headers = [_JSON, ("x-amzn-RequestId", answer.request_id or new_request_id())]
+        if answer.output_location is not None:
+            async_headers.append(("X-Amzn-SageMaker-OutputLocation", answer.output_location))
+        if answer.failure_location is not None:
+            async_headers.append(("X-Amzn-SageMaker-FailureLocation", answer.failure_location))
+        answer_body = {"InferenceId": answer.inference_id} if answer.inference_id else {}
+        return Response(202, async_headers, orjson.dumps(answer_body))
+
     # -- operations endpoints ---------------------------------------------------
 
     def refuse_unauthenticated(
@@ -428,6 +523,25 @@ def _result_headers(result: InvokeResult) -> list[tuple[str, str]]:
     if result.cache is not None:
         headers.append(("x-gateway-cache", result.cache))
     return headers
+
+
+# An inference router's answer headers, beside InvokeEndpoint's.
+_ROUTER_RESULT_HEADERS: Final = (
+    ("routed_resource_arn", "X-Amzn-SageMaker-Invoked-Routed-Resource-Arn"),
+    ("routing_reason", "X-Amzn-SageMaker-Invoked-Routing-Reason"),
+)
+
+
+def _router_response(result: InvokeResult) -> Response:
+    """InvokeInferenceRouter's answer: the upstream's field lines, or its fields re-encoded."""
+    if result.field_lines() is not None:
+        return _result_response(result)
+    headers = _result_headers(result)
+    for field_name, wire_name in _ROUTER_RESULT_HEADERS:
+        value = result.field(field_name)
+        if value is not None:
+            headers.append((wire_name, value))
+    return Response(200, headers, result.body)
 
 
 # Upstream response headers a stream answer passes on (the model's header members).

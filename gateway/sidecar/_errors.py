@@ -31,6 +31,7 @@ the model", which they do not, so an invocation is never silently doubled.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 
 import orjson
@@ -38,7 +39,13 @@ import orjson
 from gateway import errors
 from gateway._server.http import Response
 
-__all__ = ["error_response", "gateway_error_response", "new_request_id", "rest_json_error"]
+__all__ = [
+    "error_response",
+    "gateway_error_response",
+    "new_request_id",
+    "rest_json_error",
+    "runtime_error_response",
+]
 
 _ERROR_TYPE_SUFFIX = ":http://internal.amazon.com/coral/com.amazon.sagemaker/"
 _JSON = ("Content-Type", "application/json")
@@ -153,3 +160,58 @@ def _translate(error: BaseException) -> tuple[str, int, str, dict[str, object] |
         f"An internal error occurred in the gateway sidecar ({text}).",
         None,
     )
+
+
+# -- the inference router and Global Inference Gateway runtimes ---------------------
+
+# Codes the sidecar answers with for its own errors, in each runtime's vocabulary.
+_RUNTIME_CODES: dict[str, dict[str, tuple[str, int]]] = {
+    "sagemaker-inference-router-runtime": {
+        "ValidationError": ("ValidationException", 400),
+        "ServiceUnavailable": ("ServiceUnavailableException", 503),
+    },
+    "sagemaker-gateway-runtime": {
+        "ValidationError": ("ValidationException", 400),
+        "ServiceUnavailable": ("ServiceUnavailableException", 503),
+        # A call that ran out of time, or may have reached the model: not retried.
+        "ModelError": ("GatewayTimeoutException", 504),
+        "InternalDependencyException": ("BadGatewayException", 502),
+        "InternalFailure": ("InternalServerException", 500),
+    },
+}
+
+
+def runtime_error_response(error: BaseException, service: str) -> Response:
+    """The answer for an error of an inference router or Global Inference Gateway call.
+
+    The far side's errors pass on as they came (code, status, message, a
+    throttle's ``Retry-After``, a missing resource's ``ResourceId``/``ResourceType``);
+    the sidecar's own are named in that runtime's vocabulary.
+    """
+    if isinstance(error, errors.ServiceError):
+        response = _service_error(error)
+        extra: list[tuple[str, str]] = []
+        if error.retry_after is not None:
+            extra.append(("Retry-After", str(math.ceil(error.retry_after))))
+        if isinstance(error, errors.ResourceNotFound):
+            resource = {
+                key: value
+                for key, value in (
+                    ("ResourceId", error.resource_id),
+                    ("ResourceType", error.resource_type),
+                )
+                if value is not None
+            }
+            return Response(
+                response.status,
+                (*response.headers, *extra),
+                orjson.dumps({"Message": error.message, **resource}),
+            )
+        if not extra:
+            return response
+        return Response(response.status, (*response.headers, *extra), response.body)
+    code, status, message, fields = _translate(error)
+    code, status = _RUNTIME_CODES.get(service, {}).get(code, (code, status))
+    if code != "ModelError":
+        fields = None  # only InvokeEndpoint's ModelError has those members
+    return rest_json_error(code, status, message, None, fields)

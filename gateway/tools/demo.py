@@ -81,7 +81,13 @@ _EXTRA_ENDPOINTS: dict[str, Any] = {
 
 DEMO_ROUTES: dict[str, Any] = {
     "bid-filter": {
-        "targets": [{"endpoint": "bid-filter"}, {"endpoint": "bid-filter-b"}],
+        # A small share through the emulator's inference router (its routing target
+        # bid-filter: the bid-filter endpoint here, bid-filter-eu in eu-west-1).
+        "targets": [
+            {"endpoint": "bid-filter"},
+            {"endpoint": "bid-filter-b"},
+            {"inference_router": "bid-router", "routing_target": "bid-filter", "weight": 0.1},
+        ],
         "timeout_ms": 50,
         "hedge": {"enabled": True, "max_extra_load": 0.05, "min_delay_ms": 2},
         "retry": {"max_attempts": 2, "budget_ratio": 0.1, "min_per_second": 5},
@@ -386,7 +392,8 @@ async def _replay(
                 await exchange.aclose()
         await bid_filter.aclose()
         stats = await asyncio.to_thread(emulator.stats)
-        _summary(args, elapsed, rtb, lane, bid_filter, gateway, cache_before, stats)
+        runtimes = await asyncio.to_thread(_runtime_stats, emulator)
+        _summary(args, elapsed, rtb, lane, bid_filter, gateway, cache_before, (stats, runtimes))
         _proxy_summary(proxy, bidder)
 
 
@@ -421,6 +428,23 @@ def _cache_counts(gateway: Gateway) -> tuple[int, int, int]:
         return 0, 0, 0
     stats = cache.stats
     return stats.near_hits, stats.redis_hits + stats.stale_served + stats.coalesced, stats.misses
+
+
+def _runtime_stats(emulator: EmulatorProcess) -> dict[str, Any]:
+    """The emulator's inference router and Global Inference Gateway counters."""
+    response = emulator._client.get("/_emulator/runtimes/stats")
+    response.raise_for_status()
+    stats: dict[str, Any] = response.json()
+    return stats
+
+
+def _router_stats(emulator_stats: Any) -> Counter[tuple[str, str]]:
+    """bid-router's routed calls by (destination ARN, routing reason)."""
+    routed = Counter[tuple[str, str]]()
+    for router, _, arn, reason, count in emulator_stats[1]["routers"]["routed"]:
+        if router == "bid-router":
+            routed[(arn, reason)] += count
+    return routed
 
 
 def _ms(seconds: float) -> str:
@@ -476,7 +500,7 @@ def _summary(
         f"  latency:           p50 {_ms(_percentile(sidecar_ordered, 0.50))}   "
         f"p99 {_ms(_percentile(sidecar_ordered, 0.99))}"
     )
-    cold = sum(emulator_stats.cold_loads.values())
+    cold = sum(emulator_stats[0].cold_loads.values())
     sticky = " (each model loaded once, on its preferred target)" if cold <= len(MME_MODELS) else ""
     models = len(MME_MODELS)
     print(f"  MME:               {cold} cold loads for {models} models on 2 endpoints{sticky}")
@@ -497,6 +521,21 @@ def _summary(
         total = max(sum(attempts.values()), 1)
         shares = "   ".join(f"{t} {n / total:.1%}" for t, n in sorted(attempts.items()))
         print(f"  per-target share:  {route}: {shares}")
+    routed = _router_stats(emulator_stats)
+    total_routed = max(sum(routed.values()), 1)
+    reasons = Counter[str]()
+    for (_, reason), count in routed.items():
+        reasons[reason] += count
+    print(
+        f"  inference router:  {sum(routed.values()):,} calls via bid-router; routing reasons: "
+        + (", ".join(f"{r} {n / total_routed:.0%}" for r, n in reasons.most_common()) or "none")
+    )
+    destinations = Counter[str]()
+    for (arn, _), count in routed.items():
+        region, name = arn.split(":")[3], arn.rsplit("/", 1)[-1]
+        destinations[f"{name} ({region})"] += count
+    picked = "   ".join(f"{d} {n / total_routed:.1%}" for d, n in sorted(destinations.items()))
+    print(f"  router picked:     {picked or '-'}")
     hedges = metrics.hedges.get("bid-filter", 0)
     calls = sum(m.calls for (name, _), m in metrics.targets.items() if name == "bid-filter")
     print(

@@ -51,10 +51,17 @@ def _check_summary(out: str) -> None:
     assert 0 <= _number(r"cache hit ratio:\s+([\d.]+)%", out) <= 100
     assert _number(r"hedges fired:\s+([\d,]+)", out) >= 0
     shares = re.findall(
-        r"per-target share:\s+bid-filter: bid-filter ([\d.]+)%\s+bid-filter-b ([\d.]+)%", out
+        r"per-target share:\s+bid-filter: bid-filter ([\d.]+)%\s+bid-filter-b ([\d.]+)%"
+        r"\s+router/bid-router/bid-filter ([\d.]+)%",
+        out,
     )
     assert shares, out
     assert abs(sum(float(s) for s in shares[0]) - 100.0) < 0.5
+    # Some traffic went through the inference router, which says why it chose each destination.
+    assert float(shares[0][2]) > 0
+    assert _number(r"inference router:\s+([\d,]+) calls via bid-router", out) > 0
+    assert re.search(r"routing reasons: (local-preferred|capacity-available|failover)", out)
+    assert re.search(r"router picked:\s+bid-filter", out)
     assert "per-target share:  models:" in out
     # The sidecar lane went through the sidecar and got answers.
     assert _number(r"calls:\s+([\d,]+) \(", out) > 0
