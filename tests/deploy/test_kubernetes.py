@@ -10,7 +10,6 @@ container against the "restricted" Pod Security Standard; and the ConfigMap
 from __future__ import annotations
 
 import base64
-import dataclasses
 import json
 import re
 import shutil
@@ -19,12 +18,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import kubernetes_validate
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway._config import GatewayConfig
 from gateway._config_env import apply_environment
-from gateway.sidecar import SidecarConfig
+from gateway.sidecar import SidecarConfig, SidecarProcess
 from tests.deploy._kustomize import (
     Document,
     RenderError,
@@ -306,19 +307,21 @@ def _sidecar_config(
     A mounted Secret is written where the pod mounts it, under ``tmp_path``.
     """
     mapping = _config_map_toml(documents)
+    merged = apply_environment(mapping, _sidecar_environment(documents, tmp_path)).mapping
+    gateway_config = GatewayConfig.from_mapping(merged)
+    sidecar_section = dict(gateway_config.sections["sidecar"])
+    return gateway_config, SidecarConfig.from_mapping(sidecar_section)
+
+
+def _sidecar_environment(documents: list[Document], tmp_path: Path) -> dict[str, str]:
+    """The sidecar container's variables, its mounted Secrets' paths mapped under ``tmp_path``."""
     environment = {item["name"]: item["value"] for item in _sidecar(documents).get("env", [])}
     mounts = _mounted_secrets(documents, tmp_path)
     for name, value in environment.items():
         for mount_path, local in mounts.items():
             if value.startswith(mount_path):
                 environment[name] = str(local) + value.removeprefix(mount_path)
-    merged = apply_environment(mapping, environment).mapping
-    gateway_config = GatewayConfig.from_mapping(merged)
-    sidecar_section = dict(gateway_config.sections["sidecar"])
-    if "admin_listen" not in {item.name for item in dataclasses.fields(SidecarConfig)}:
-        # The admin listener's setting; this build's reader predates it.
-        sidecar_section.pop("admin_listen")
-    return gateway_config, SidecarConfig.from_mapping(sidecar_section)
+    return environment
 
 
 def _mounted_secrets(documents: list[Document], tmp_path: Path) -> dict[str, Path]:
@@ -400,3 +403,43 @@ def test_the_sidecar_keeps_a_read_only_root_and_a_cpu_request(base: list[Documen
     assert sidecar["securityContext"]["readOnlyRootFilesystem"] is True
     assert any(mount["mountPath"] == "/tmp" for mount in sidecar["volumeMounts"])
     assert "cpu" in sidecar["resources"]["requests"]
+
+
+# -- scraped as Prometheus would ---------------------------------------------------------
+
+# Prometheus's scrape request: its Accept header, no credentials.
+_PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
+    "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
+
+
+@pytest.mark.parametrize("recipe", ["base", "overlay"])
+def test_prometheus_scrapes_the_sidecar_the_recipe_runs(
+    recipe: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The ConfigMap (and the overlay's Secret) as written, its workers included; only the
+    addresses are this machine's free loopback ports and the upstream a local dead one."""
+    documents: list[Document] = request.getfixturevalue(recipe)
+    config_file = tmp_path / "gateway.toml"
+    config_file.write_text(_of_kind(documents, "ConfigMap")["data"]["gateway.toml"])
+    environment = {
+        **_sidecar_environment(documents, tmp_path),
+        "SAGEMAKER_GATEWAY__ENDPOINT_URL": "http://127.0.0.1:1",
+        "AWS_ACCESS_KEY_ID": "AKIDPODROLE",  # the pod's role, as the SDK would find it
+        "AWS_SECRET_ACCESS_KEY": "pod-role-secret",
+    }
+    sidecar = SidecarProcess.start(config_file, "127.0.0.1:0", [], environment)
+    try:
+        assert sidecar.admin_url is not None
+        scrape = httpx.get(
+            f"{sidecar.admin_url}/metrics", headers={"Accept": _PROMETHEUS_ACCEPT}, timeout=10
+        )
+        traffic_scrape = httpx.get(f"{sidecar.url}/metrics", timeout=10)
+    finally:
+        sidecar.stop()
+    assert scrape.status_code == 200, scrape.text
+    families = {family.name for family in text_string_to_metric_families(scrape.text)}
+    assert "sagemaker_gateway_sidecar_requests" in families
+    # Inbound auth guards the traffic port only: the overlay's keys are needed there.
+    assert traffic_scrape.status_code == (403 if recipe == "overlay" else 200)
