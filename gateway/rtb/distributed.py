@@ -159,7 +159,10 @@ class _client:
         from distributed import Client, LocalCluster
 
         if self._scheduler is None:
-            self._cluster = LocalCluster(processes=True, threads_per_worker=1)
+            # The dashboard on a free port: 8787 may be another cluster's.
+            self._cluster = LocalCluster(
+                processes=True, threads_per_worker=1, dashboard_address=":0"
+            )
             self._client = Client(self._cluster)
         else:
             self._client = Client(self._scheduler)

@@ -58,7 +58,9 @@ def _queried_families() -> set[str]:
     for board in (ROOT / "deploy/grafana").glob("*.json"):
         expressions += re.findall(r'"expr":\s*"((?:[^"\\]|\\.)*)"', board.read_text())
     names = set()
-    for name in re.findall(r"\bsagemaker_gateway_[a-z_]+", "\n".join(expressions)):
+    # Label matchers ({sagemaker_gateway_sidecar="true"}) name labels, not families.
+    selectors = re.sub(r"\{[^}]*\}", "", "\n".join(expressions))
+    for name in re.findall(r"\bsagemaker_gateway_[a-z_]+", selectors):
         for suffix in _SUFFIXES:
             name = name.removesuffix(suffix)
         names.add(name)

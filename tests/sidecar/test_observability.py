@@ -193,7 +193,9 @@ def test_attempts_are_split_by_kind_and_outcome(scraped: dict[str, Any]) -> None
 def _queried_names(expressions: list[str]) -> set[str]:
     names: set[str] = set()
     for expression in expressions:
-        names.update(re.findall(r"\b((?:sagemaker_gateway|process|python)_[a-z_]+)\b", expression))
+        # Label matchers ({sagemaker_gateway_sidecar="true"}) name labels, not metrics.
+        selectors = re.sub(r"\{[^}]*\}", "", expression)
+        names.update(re.findall(r"\b((?:sagemaker_gateway|process|python)_[a-z_]+)\b", selectors))
     return names
 
 
