@@ -18,8 +18,13 @@ from gateway.cache import CacheSource, PredictionCache
 from tests.cache._cache_support import CountingLoader
 
 MakeCache = Callable[..., Awaitable[PredictionCache]]
-# Generous: a busy machine must not turn a reply into a timeout (a different counter).
-PATIENT = {"redis_socket_timeout_ms": 2000, "circuit_failures": 1000}
+# Generous: a busy machine must not turn a reply into a timeout (a different counter), nor
+# a slow first connect open the circuit (then no command reaches the server at all).
+PATIENT = {
+    "redis_socket_timeout_ms": 2000,
+    "redis_connect_timeout_ms": 2000,
+    "circuit_failures": 1000,
+}
 # A call that is not done by then is hung (the loads here are instant).
 HUNG_S = 10.0
 WRONG_GET_REPLIES = ("integer", "short", "wrong_items")

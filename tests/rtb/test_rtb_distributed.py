@@ -21,13 +21,15 @@ distributed = pytest.importorskip("distributed")  # the distributed extra (in de
 from gateway.rtb.distributed import synthetic_bag, train_on_bag, train_on_files  # noqa: E402
 
 MILLION = 1_000_000
+# One cluster for the module's tests, on one xdist worker (its dashboard on a free port).
+pytestmark = pytest.mark.xdist_group("dask-cluster")
 
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[object]:
     with (
         distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
         ) as cluster,
         distributed.Client(cluster) as dask_client,
     ):
