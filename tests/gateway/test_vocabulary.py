@@ -30,6 +30,7 @@ from gateway._http.message import Origin
 from gateway._http.request import RequestSigner
 from gateway.emulator import Emulator
 from gateway.emulator._service import CLOSE_SESSION
+from gateway.sidecar import SidecarConfig
 from gateway.sidecar import _app as sidecar_app
 from tests._source import parse_file
 from tests.gateway.conftest import ACCESS_KEY, SECRET_KEY
@@ -141,8 +142,7 @@ def test_gateway_fills_the_member_tuple_in_signing_order(operation: str) -> None
 def test_the_sidecar_reads_every_header_member(operation: str) -> None:
     """The sidecar's table is the model's: each header member lands in its own place."""
     table = operations()[operation]
-    app = object.__new__(sidecar_app.SidecarApp)
-    app._default_timeout = None
+    app = sidecar_app.SidecarApp(Gateway(region="us-east-1"), SidecarConfig(), None)
     headers = {}
     for member in table.headers:
         headers[member.header] = "7" if member.kind == "integer" else f"v-{member.name}"
