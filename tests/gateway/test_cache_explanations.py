@@ -4,7 +4,6 @@ served to a call that asks for them, nor the reverse, in the near tier or throug
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,17 +17,7 @@ from tests._explaining_upstream import (
     explaining_upstream,
     wait_for_redis_entries,
 )
-from tests._redis_procs import RedisServer, shared_redis_available
 from tests.gateway.conftest import gateway_for
-
-
-@pytest.fixture
-def redis_url() -> Iterator[str]:
-    if shared_redis_available():
-        yield "redis://127.0.0.1:6379/0"
-        return
-    with RedisServer.running() as server:
-        yield server.url
 
 
 def _gateway(upstream: ExplainingUpstream, cache: dict[str, Any]) -> Gateway:
