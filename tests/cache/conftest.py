@@ -58,6 +58,9 @@ async def make_cache(namespace: str) -> AsyncIterator[Callable[..., Awaitable[Pr
 
     async def build(**settings: object) -> PredictionCache:
         settings.setdefault("namespace", namespace)
+        # A slow first connect on a busy machine (parallel workers) must not fail the warm-up
+        # and open the circuit; tests of connect timing set their own.
+        settings.setdefault("redis_connect_timeout_ms", 1000)
         cache = PredictionCache(CacheConfig.from_mapping(settings))
         made.append(cache)
         await cache.start()
