@@ -406,7 +406,8 @@ def check_header_value(name: str, value: str) -> str:
 
 
 def payload_bytes(body: Buffer, limit: int = MAX_PAYLOAD_BYTES, operation: str = "") -> bytes:
-    """A call's body as bytes, refused with InvalidRequest when it is not binary or too large.
+    """A call's body as bytes, refused with InvalidRequest when it is not binary (BodyTooLarge,
+    an InvalidRequest, when it is too large).
 
     Typed as a buffer, not ``bytes``: a compiled build checks a ``bytes``
     parameter itself and would raise a bare TypeError for a ``str``.
@@ -423,7 +424,7 @@ def payload_bytes(body: Buffer, limit: int = MAX_PAYLOAD_BYTES, operation: str =
         raise errors.InvalidRequest(f"Body: must be bytes, got {kind}{hint}")
     if len(payload) > limit:
         where = f"{operation}'s limit" if operation else "SageMaker's limit"
-        raise errors.InvalidRequest(f"Body: {len(payload)} bytes exceeds {where} of {limit}")
+        raise errors.BodyTooLarge(f"Body: {len(payload)} bytes exceeds {where} of {limit}")
     return payload
 
 

@@ -56,6 +56,7 @@ created (``botocore.exceptions.InvalidConfigError``), never ignored.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -1022,6 +1023,12 @@ def _runtime_operation(service: str, name: str) -> _Operation | None:
     return _operation(operation) if operation is not None else None
 
 
+@functools.cache
+def _modeled_errors(service: str) -> frozenset[str]:
+    """The error codes ``service``'s model names (botocore has a class for each)."""
+    return frozenset(shape.name for shape in service_model(service).error_shapes)
+
+
 # Result fields by the response member they answer (InvokeInferenceRouter's headers).
 _ROUTER_RESULT_FIELDS: Final = {
     "ContentType": "content_type",
@@ -1080,8 +1087,13 @@ class _RuntimeClient:
                 error = {"Error": {"Code": exc.code, "Message": exc.message}}
                 return botocore.exceptions.EventStreamError(error, operation.name)
             response = _service_error_response(exc)
-            if isinstance(exc, errors.ResourceNotFound):
+            if exc.code in _modeled_errors(self.SERVICE):
+                # botocore puts a modeled error's members at the top level too.
                 response["Message"] = exc.message
+            if exc.retry_after is not None:
+                seconds = f"{exc.retry_after:g}"
+                response["ResponseMetadata"]["HTTPHeaders"]["retry-after"] = seconds
+            if isinstance(exc, errors.ResourceNotFound):
                 for key, value in (
                     ("ResourceId", exc.resource_id),
                     ("ResourceType", exc.resource_type),
@@ -1091,6 +1103,10 @@ class _RuntimeClient:
             return self.exceptions.from_code(exc.code)(response, operation.name)
         if isinstance(exc, errors.InvalidHeaderValue):
             return botocore.exceptions.HTTPClientError(error=exc)
+        if isinstance(exc, errors.BodyTooLarge):
+            # Both runtimes answer an oversized body so (the router's model does not name it).
+            too_large = errors.PayloadTooLarge(str(exc), status=413)
+            return self._translate(too_large, operation, name)
         if isinstance(exc, errors.InvalidRequest):
             refused = errors.ValidationError(str(exc), code="ValidationException", status=400)
             error_class = self.exceptions.from_code("ValidationException")

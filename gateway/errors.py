@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "AccessDenied",
     "BadGateway",
+    "BodyTooLarge",
     "CacheUnavailable",
     "ConfigError",
     "ConnectError",
@@ -69,6 +70,10 @@ class ConfigError(GatewayError, ValueError):
 
 class InvalidRequest(GatewayError, ValueError):
     """The request was refused before anything was sent (bad header, too large)."""
+
+
+class BodyTooLarge(InvalidRequest):
+    """The body is over the operation's limit; refused before sending, as the service would."""
 
 
 class InvalidHeaderValue(InvalidRequest):

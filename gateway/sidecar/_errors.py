@@ -186,32 +186,61 @@ def runtime_error_response(error: BaseException, service: str) -> Response:
 
     The far side's errors pass on as they came (code, status, message, a
     throttle's ``Retry-After``, a missing resource's ``ResourceId``/``ResourceType``);
-    the sidecar's own are named in that runtime's vocabulary.
+    the sidecar's own are named in that runtime's vocabulary. The body names the
+    message ``Message``, as these models do, so botocore also sets ``response["Message"]``.
     """
     if isinstance(error, errors.ServiceError):
-        response = _service_error(error)
-        extra: list[tuple[str, str]] = []
+        code = error.code
+        status = error.status if error.status >= 400 else _DEFAULT_STATUS.get(code, 500)
+        extra: tuple[tuple[str, str], ...] = ()
         if error.retry_after is not None:
-            extra.append(("Retry-After", str(math.ceil(error.retry_after))))
-        if isinstance(error, errors.ResourceNotFound):
-            resource = {
-                key: value
-                for key, value in (
-                    ("ResourceId", error.resource_id),
-                    ("ResourceType", error.resource_type),
-                )
-                if value is not None
-            }
-            return Response(
-                response.status,
-                (*response.headers, *extra),
-                orjson.dumps({"Message": error.message, **resource}),
-            )
-        if not extra:
-            return response
-        return Response(response.status, (*response.headers, *extra), response.body)
+            extra = (("Retry-After", str(math.ceil(error.retry_after))),)
+        return _runtime_json_error(
+            code, status, error.message, error.request_id, _modeled_members(error), extra
+        )
+    if isinstance(error, errors.BodyTooLarge):
+        # Both runtimes answer an oversized body so, whether or not their model names it.
+        return _runtime_json_error("PayloadTooLargeException", 413, str(error), None, {}, ())
     code, status, message, fields = _translate(error)
     code, status = _RUNTIME_CODES.get(service, {}).get(code, (code, status))
     if code != "ModelError":
         fields = None  # only InvokeEndpoint's ModelError has those members
-    return rest_json_error(code, status, message, None, fields)
+    return _runtime_json_error(code, status, message, None, fields or {}, ())
+
+
+def _modeled_members(error: errors.ServiceError) -> dict[str, object]:
+    """An error's members beyond its message, as its model names them."""
+    if isinstance(error, errors.ModelError):
+        return _model_fields(
+            error.original_status_code, error.original_message, error.log_stream_arn
+        )
+    if isinstance(error, errors.ResourceNotFound):
+        return {
+            key: value
+            for key, value in (
+                ("ResourceId", error.resource_id),
+                ("ResourceType", error.resource_type),
+            )
+            if value is not None
+        }
+    return {}
+
+
+def _runtime_json_error(
+    code: str,
+    status: int,
+    message: str,
+    request_id: str | None,
+    fields: dict[str, object],
+    extra: tuple[tuple[str, str], ...],
+) -> Response:
+    return Response(
+        status,
+        (
+            ("x-amzn-RequestId", request_id or new_request_id()),
+            ("x-amzn-ErrorType", code + _ERROR_TYPE_SUFFIX),
+            _JSON,
+            *extra,
+        ),
+        orjson.dumps({"Message": message, **fields}),
+    )

@@ -321,4 +321,4 @@ async def test_the_sidecars_own_errors_in_each_runtimes_vocabulary(
     assert "x-amzn-sagemaker-target-model" in unsupported.json()["message"]
     assert missing.status_code == 400
     assert missing.headers["x-amzn-errortype"].startswith("ValidationException:")
-    assert "RoutingTargetName" in missing.json()["message"]
+    assert "RoutingTargetName" in missing.json()["Message"]  # the models name it so
