@@ -60,7 +60,7 @@ import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Final, Literal, Self, overload
+from typing import Any, Final, Literal, Self, TypeVar, overload
 
 import botocore.exceptions
 import botocore.session
@@ -86,6 +86,7 @@ __all__ = [
 ]
 
 SERVICE_NAME: Final = "sagemaker-runtime"
+_T = TypeVar("_T")
 _STREAM_ERROR_CODES: Final = frozenset({"ModelStreamError", "InternalStreamFailure"})
 # Errors botocore's retry handler would have retried: with retries exhausted
 # (or off) it marks the response MaxAttemptsReached, which changes str(exc).
@@ -328,7 +329,7 @@ class EventStream:
 
     def __init__(
         self,
-        client: SageMakerRuntimeClient | _RuntimeClient,
+        client: _Client,
         endpoint: str,
         parts: AsyncIterator[bytes],
         first: bytes | None,
@@ -380,14 +381,21 @@ def _metadata(request_id: str | None, status: int, headers: Any, attempts: int) 
     return metadata
 
 
-def _invoke_response(result: InvokeResult) -> dict[str, Any]:
+# InvokeEndpoint's header-bound response members: (member, result field).
+_INVOKE_FIELDS: Final = tuple((member.name, field) for member, field in api.RESULT_MEMBERS)
+
+
+def _invoke_response(
+    result: InvokeResult, fields: tuple[tuple[str, str], ...] = _INVOKE_FIELDS
+) -> dict[str, Any]:
+    """A body answer: ``Body``, the header-bound ``fields`` that were sent, the metadata."""
     headers = result.headers
     response: dict[str, Any] = {"Body": StreamingBody(result.body)}
     # botocore includes a header-bound member only when the header was sent.
-    for member, field_name in api.RESULT_MEMBERS:
+    for member, field_name in fields:
         value = result.field(field_name)
         if value is not None:
-            response[member.name] = value
+            response[member] = value
     response["ResponseMetadata"] = _metadata(
         result.request_id,
         200,
@@ -458,11 +466,8 @@ class ClientMeta:
     events: ClientEvents = field(default_factory=lambda: ClientEvents())
 
 
-class SageMakerRuntimeClient:
-    """aiobotocore's ``sagemaker-runtime`` client, served by a :class:`Gateway`.
-
-    Use as an async context manager (or call ``close()``), as with aiobotocore.
-    """
+class _Client:
+    """What every client shares: its Gateway, lifecycle, error mapping and stream opening."""
 
     def __init__(
         self, gateway: Gateway, exceptions: Any, meta: ClientMeta, *, owns_gateway: bool
@@ -494,6 +499,39 @@ class SageMakerRuntimeClient:
         if self._owns_gateway:
             await self._gateway.aclose()
 
+    def _translate(self, exc: errors.GatewayError, operation: _Operation, name: str) -> Any:
+        raise NotImplementedError
+
+    def _is_stream_event(self, exc: errors.ServiceError) -> bool:
+        """An error event inside the stream (raised while iterating), not an HTTP answer."""
+        return exc.code in _STREAM_ERROR_CODES
+
+    async def _open_stream(
+        self, operation: _Operation, name: str, parts: AsyncIterator[bytes]
+    ) -> EventStream:
+        """Take the stream's first step: HTTP errors raise from the call, as in botocore;
+        an error event inside the stream is kept for the iteration instead."""
+        first: bytes | None = None
+        pending: errors.GatewayError | None = None
+        try:
+            first = await anext(parts)
+        except StopAsyncIteration:
+            pass
+        except errors.ServiceError as exc:
+            if not self._is_stream_event(exc):
+                raise self._translate(exc, operation, name) from exc
+            pending = exc
+        except errors.GatewayError as exc:
+            raise self._translate(exc, operation, name) from exc
+        return EventStream(self, name, parts, first, pending, operation)
+
+
+class SageMakerRuntimeClient(_Client):
+    """aiobotocore's ``sagemaker-runtime`` client, served by a :class:`Gateway`.
+
+    Use as an async context manager (or call ``close()``), as with aiobotocore.
+    """
+
     async def invoke_endpoint(self, **params: Any) -> dict[str, Any]:
         """InvokeEndpoint, as ``aiobotocore`` calls it."""
         if self.meta.events.active:
@@ -520,22 +558,8 @@ class SageMakerRuntimeClient:
         call = _parse(_STREAM, params)
         endpoint = call.endpoint
         parts = self._gateway.invoke_stream_members(endpoint, call.body, call.members, call.timeout)
-        first: bytes | None = None
-        pending: errors.GatewayError | None = None
-        # The gateway sends on the first step of its generator. Taking that
-        # step here makes HTTP errors raise from this call, as in aiobotocore;
-        # an error event inside the stream is kept for the iteration instead.
-        try:
-            first = await anext(parts)
-        except StopAsyncIteration:
-            pass
-        except errors.ServiceError as exc:
-            if exc.code not in _STREAM_ERROR_CODES:
-                raise self._translate(exc, _STREAM, endpoint) from exc
-            pending = exc
-        except errors.GatewayError as exc:
-            raise self._translate(exc, _STREAM, endpoint) from exc
-        response: dict[str, Any] = {"Body": EventStream(self, endpoint, parts, first, pending)}
+        # The gateway sends on the first step of its generator: taken here.
+        response: dict[str, Any] = {"Body": await self._open_stream(_STREAM, endpoint, parts)}
         # Header-bound members, as botocore includes them: only when sent.
         response.update(
             (key, value)
@@ -569,7 +593,7 @@ class SageMakerRuntimeClient:
     def _translate(self, exc: errors.GatewayError, operation: _Operation, endpoint: str) -> Any:
         """The botocore exception aiobotocore would have raised (see the module docstring)."""
         if isinstance(exc, errors.ServiceError):
-            if exc.code in _STREAM_ERROR_CODES:
+            if self._is_stream_event(exc):
                 error = {"Error": {"Code": exc.code, "Message": exc.message}}
                 return botocore.exceptions.EventStreamError(error, operation.name)
             error_class = self.exceptions.from_code(exc.code)
@@ -1030,48 +1054,19 @@ def _modeled_errors(service: str) -> frozenset[str]:
 
 
 # Result fields by the response member they answer (InvokeInferenceRouter's headers).
-_ROUTER_RESULT_FIELDS: Final = {
-    "ContentType": "content_type",
-    "InvokedRoutedResourceArn": "routed_resource_arn",
-    "RoutingReason": "routing_reason",
-    "InvokedProductionVariant": "invoked_variant",
-    "CustomAttributes": "custom_attributes",
-}
+_ROUTER_RESULT_FIELDS: Final = (
+    ("ContentType", "content_type"),
+    ("InvokedRoutedResourceArn", "routed_resource_arn"),
+    ("RoutingReason", "routing_reason"),
+    ("InvokedProductionVariant", "invoked_variant"),
+    ("CustomAttributes", "custom_attributes"),
+)
 
 
-class _RuntimeClient:
-    """What both runtimes' clients share: the Gateway, lifecycle and error mapping."""
+class _RuntimeClient(_Client):
+    """What both new runtimes' clients share: the service's operations and error mapping."""
 
     SERVICE: str = ""
-
-    def __init__(
-        self, gateway: Gateway, exceptions: Any, meta: ClientMeta, *, owns_gateway: bool
-    ) -> None:
-        self._gateway = gateway
-        self.exceptions = exceptions
-        self.meta = meta
-        self._owns_gateway = owns_gateway
-
-    @property
-    def gateway(self) -> Gateway:
-        return self._gateway
-
-    async def __aenter__(self) -> Self:
-        if self._owns_gateway:
-            await self._gateway.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        if self._owns_gateway:
-            await self._gateway.aclose()
 
     def _operation(self, name: str) -> _Operation:
         operation = _runtime_operation(self.SERVICE, name)
@@ -1080,10 +1075,21 @@ class _RuntimeClient:
             raise AssertionError(f"{name} is not in {self.SERVICE}'s model")
         return operation
 
+    def _is_stream_event(self, exc: errors.ServiceError) -> bool:
+        # These models also name the event codes as HTTP errors (a status of 400 or more).
+        return exc.code in _STREAM_ERROR_CODES and exc.status < 400
+
+    async def _call(self, operation: _Operation, name: str, answer: Awaitable[_T]) -> _T:
+        """The gateway's answer, or the botocore exception for its error."""
+        try:
+            return await answer
+        except errors.GatewayError as exc:
+            raise self._translate(exc, operation, name) from exc
+
     def _translate(self, exc: errors.GatewayError, operation: _Operation, name: str) -> Any:
         """The botocore exception botocore's client of this service would have raised."""
         if isinstance(exc, errors.ServiceError):
-            if exc.code in _STREAM_ERROR_CODES and exc.status < 400:
+            if self._is_stream_event(exc):
                 error = {"Error": {"Code": exc.code, "Message": exc.message}}
                 return botocore.exceptions.EventStreamError(error, operation.name)
             response = _service_error_response(exc)
@@ -1127,37 +1133,20 @@ class InferenceRouterRuntimeClient(_RuntimeClient):
         """InvokeInferenceRouter: ``response["Body"]``, the routed resource ARN and reason."""
         operation = self._operation("InvokeInferenceRouter")
         call = _parse(operation, params)
-        try:
-            result = await self._gateway.invoke_router_members(
-                call.endpoint, call.body, call.members, call.timeout
-            )
-        except errors.GatewayError as exc:
-            raise self._translate(exc, operation, call.endpoint) from exc
-        response: dict[str, Any] = {"Body": StreamingBody(result.body)}
-        for member, field_name in _ROUTER_RESULT_FIELDS.items():
-            value = result.field(field_name)
-            if value is not None:
-                response[member] = value
-        headers = result.headers
-        response["ResponseMetadata"] = _metadata(
-            result.request_id,
-            200,
-            headers if type(headers) is dict else dict(headers),
-            result.attempts - 1,
+        answer = self._gateway.invoke_router_members(
+            call.endpoint, call.body, call.members, call.timeout
         )
-        return response
+        result = await self._call(operation, call.endpoint, answer)
+        return _invoke_response(result, _ROUTER_RESULT_FIELDS)
 
     async def invoke_inference_router_async(self, **params: Any) -> dict[str, Any]:
         """InvokeInferenceRouterAsync (the input is already in S3 at ``InputLocation``)."""
         operation = self._operation("InvokeInferenceRouterAsync")
         call = _parse(operation, params)
-        try:
-            result = await self._gateway.invoke_router_async_members(
-                call.endpoint, call.members, call.timeout
-            )
-        except errors.GatewayError as exc:
-            raise self._translate(exc, operation, call.endpoint) from exc
-        return _async_response(result, 1)
+        answer = self._gateway.invoke_router_async_members(
+            call.endpoint, call.members, call.timeout
+        )
+        return _async_response(await self._call(operation, call.endpoint, answer), 1)
 
 
 class GatewayRuntimeClient(_RuntimeClient):
@@ -1169,22 +1158,10 @@ class GatewayRuntimeClient(_RuntimeClient):
         """InvokeGlobalInferenceGateway: ``response["Body"]`` is the completion's JSON."""
         operation = self._operation("InvokeGlobalInferenceGateway")
         call = _parse(operation, params)
-        try:
-            result = await self._gateway.invoke_global_gateway_members(
-                call.endpoint, call.body, call.members, call.timeout
-            )
-        except errors.GatewayError as exc:
-            raise self._translate(exc, operation, call.endpoint) from exc
-        headers = result.headers
-        return {
-            "Body": StreamingBody(result.body),
-            "ResponseMetadata": _metadata(
-                result.request_id,
-                200,
-                headers if type(headers) is dict else dict(headers),
-                result.attempts - 1,
-            ),
-        }
+        answer = self._gateway.invoke_global_gateway_members(
+            call.endpoint, call.body, call.members, call.timeout
+        )
+        return _invoke_response(await self._call(operation, call.endpoint, answer), ())
 
     async def invoke_global_inference_gateway_with_response_stream(
         self, **params: Any
@@ -1196,19 +1173,7 @@ class GatewayRuntimeClient(_RuntimeClient):
         parts = self._gateway.invoke_global_gateway_stream_members(
             name, call.body, call.members, call.timeout
         )
-        first: bytes | None = None
-        pending: errors.GatewayError | None = None
-        try:
-            first = await anext(parts)
-        except StopAsyncIteration:
-            pass
-        except errors.ServiceError as exc:
-            if exc.code not in _STREAM_ERROR_CODES or exc.status >= 400:
-                raise self._translate(exc, operation, name) from exc
-            pending = exc
-        except errors.GatewayError as exc:
-            raise self._translate(exc, operation, name) from exc
-        stream = EventStream(self, name, parts, first, pending, operation)
+        stream = await self._open_stream(operation, name, parts)
         headers = dict(parts.response_headers)
         return {
             "Body": stream,
