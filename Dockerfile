@@ -3,8 +3,8 @@
 # the wheel and its dependencies, run as a non-root user.
 #
 #   docker build -t sagemaker-gateway .
-#   docker run --rm -p 8081:8081 -v $PWD/gateway.toml:/etc/sagemaker-gateway/gateway.toml:ro \
-#       sagemaker-gateway
+#   docker run --rm -p 8081:8081 -p 9091:9091 \
+#       -v $PWD/gateway.toml:/etc/sagemaker-gateway/gateway.toml:ro sagemaker-gateway
 #
 # tests/deploy/test_dockerfile.py runs this file's RUN steps, in order, in a
 # clean virtualenv (Docker itself is not needed for the test).
@@ -37,11 +37,15 @@ RUN python -m pip install --no-cache-dir --require-hashes -r requirements-image.
     && python -m pip install --no-cache-dir --no-deps dist/*.whl \
     && python -m pip check \
     && rm -rf dist requirements-image.lock
+# Traffic on 8081 (behind inbound auth); /livez, /readyz and /metrics on the
+# admin listener, 9091, without it: the HEALTHCHECK and Prometheus ask there,
+# so they need no credentials and keep working if the traffic port moves.
 ENV PYTHONUNBUFFERED=1 \
-    SAGEMAKER_GATEWAY__SIDECAR__LISTEN=0.0.0.0:8081
+    SAGEMAKER_GATEWAY__SIDECAR__LISTEN=0.0.0.0:8081 \
+    SAGEMAKER_GATEWAY__SIDECAR__ADMIN_LISTEN=0.0.0.0:9091
 USER 10001:10001
-EXPOSE 8081
+EXPOSE 8081 9091
 HEALTHCHECK --interval=10s --timeout=2s --start-period=10s --retries=3 \
-    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8081/livez', timeout=1.5)"]
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9091/livez', timeout=1.5)"]
 ENTRYPOINT ["python", "-m", "gateway", "sidecar"]
 CMD ["--config", "/etc/sagemaker-gateway/gateway.toml"]

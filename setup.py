@@ -27,7 +27,10 @@ from setuptools.command.build_ext import build_ext
 # The list lives in the package, which reports at run time which build it is.
 ROOT = Path(__file__).resolve().parent
 HOT_PATH = list(runpy.run_path(str(ROOT / "gateway" / "_build.py"))["HOT_PATH"])
-GROUP = "gateway_hot_path"  # mypyc's shared library: gateway_hot_path__mypyc
+# mypyc's shared library, named after the group: a dotted name puts it inside the
+# package (gateway/_hot_path__mypyc.<suffix>), so the wheel installs one top-level
+# name; the compiled modules import it by that full name.
+GROUP = "gateway._hot_path"
 
 # The build environment has mypy but not the runtime dependencies, so their
 # types are Any here and strict mode's complaints about Any are moot. The
@@ -44,7 +47,8 @@ BUILD_FLAGS = [
 
 def compiled_in_place() -> list[Path]:
     """The compiled modules (and mypyc's shared library) beside the sources."""
-    stems = [ROOT / source.removesuffix(".py") for source in HOT_PATH] + [ROOT / f"{GROUP}__mypyc"]
+    shared = GROUP.replace(".", "/") + "__mypyc"
+    stems = [ROOT / source.removesuffix(".py") for source in [*HOT_PATH, shared]]
     suffixes = importlib.machinery.EXTENSION_SUFFIXES
     found = (stem.with_name(stem.name + suffix) for stem in stems for suffix in suffixes)
     return [path for path in found if path.exists()]

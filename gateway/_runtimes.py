@@ -341,7 +341,10 @@ class RuntimeCalls:
         into.target = plan.endpoint
         if emit is None:
             return stream, finish
-        return stream, _finish_observed(emit, finish, route.name, plan, operation_name, started)
+        request_id = stream.headers.get("x-amzn-requestid")
+        return stream, _finish_observed(
+            emit, finish, route.name, plan, operation_name, started, request_id
+        )
 
 
 class RuntimeStream(InvokeStream):
@@ -447,8 +450,14 @@ def _finished(
     started: float,
     error: BaseException | None,
     request_id: str | None,
+    endpoint: str | None = None,
 ) -> CallFinished:
-    endpoint = None if plan is None else plan.endpoint
+    if plan is not None:
+        endpoint = plan.endpoint
+    if request_id is None and error is not None:
+        # An error answer's id: the one a caller quotes to AWS support.
+        found = getattr(error, "request_id", None)
+        request_id = found if isinstance(found, str) else None
     return CallFinished(
         route,
         None,
@@ -512,20 +521,7 @@ async def _observed_async(
     try:
         answer = async_invocation_from_response(await call)
     except BaseException as error:
-        emit(
-            CallFinished(
-                route,
-                None,
-                endpoint,
-                time.monotonic() - started,
-                1,
-                False,
-                None,
-                code_of(error),
-                INVOKE_ROUTER_ASYNC,
-                None,
-            )
-        )
+        emit(_finished(route, None, INVOKE_ROUTER_ASYNC, started, error, None, endpoint))
         raise
     emit(
         CallFinished(
@@ -551,9 +547,10 @@ def _finish_observed(
     plan: TargetPlan,
     operation: str,
     started: float,
+    request_id: str | None,
 ) -> Callable[[BaseException | None], None]:
     def finished(error: BaseException | None) -> None:
         finish(error)
-        emit(_finished(route, plan, operation, started, error, None))
+        emit(_finished(route, plan, operation, started, error, request_id))
 
     return finished

@@ -9,12 +9,15 @@ sampler, service name all through the SDK's own environment variables).
 Without the packages or a provider no hook is registered and calls pay
 nothing.
 
-Spans: one CLIENT span per call, named ``SageMaker Runtime.<Operation>`` as
-the OpenTelemetry semantic conventions for AWS SDK calls ask
-(``rpc.system=aws-api``, ``rpc.service`` the SDK's service id ``SageMaker
-Runtime``, ``rpc.method``, ``aws.request_id``, ``cloud.region``), for
-``invoke``, ``invoke_stream`` and ``invoke_async``: a child of the current
-span, e.g. the sidecar's server span continuing an inbound ``traceparent``.
+Spans: one CLIENT span per call, named ``<service id>.<Operation>`` as the
+OpenTelemetry semantic conventions for AWS SDK calls ask (``rpc.system=aws-api``,
+``rpc.service`` the service's id in botocore's model -- ``SageMaker Runtime``,
+``SageMaker Inference Router Runtime``, ``SageMaker Gateway Runtime`` --,
+``rpc.method``, ``aws.request_id``, ``cloud.region``), for every operation of
+the three runtimes, streams included: a child of the current span, e.g. the
+sidecar's server span continuing an inbound ``traceparent``. No member's
+value is an attribute: ``CustomerIdentityToken`` and ``CustomAttributes``
+never reach a span.
 One ``sagemaker_gateway.attempt`` child per attempt (primary, hedge, retry,
 with its outcome), streams included; events for a fired hedge and a
 scheduled retry.
@@ -29,8 +32,9 @@ import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Final
 
+from gateway._aws.models import GATEWAY_RUNTIME, INFERENCE_ROUTER_RUNTIME, SAGEMAKER_RUNTIME
 from gateway._events import (
     AttemptFinished,
     CacheLookup,
@@ -40,8 +44,15 @@ from gateway._events import (
     HedgeFired,
     RetryScheduled,
 )
+from gateway._runtimes import (
+    INVOKE_GLOBAL_GATEWAY,
+    INVOKE_GLOBAL_GATEWAY_STREAM,
+    INVOKE_ROUTER,
+    INVOKE_ROUTER_ASYNC,
+)
 
 __all__ = [
+    "SERVICE_IDS",
     "ServerTracing",
     "TracingHook",
     "configure_from_environment",
@@ -52,8 +63,21 @@ __all__ = [
 log = logging.getLogger("gateway.tracing")
 
 _INSTRUMENTATION = "sagemaker_gateway"
-# botocore's service id of sagemaker-runtime: rpc.service and the span name's prefix.
-RPC_SERVICE = "SageMaker Runtime"
+# Each runtime's ``metadata.serviceId`` in botocore's model: rpc.service and the
+# span name's prefix (written out so a span costs no model lookup; a test compares).
+SERVICE_IDS: Final = {
+    SAGEMAKER_RUNTIME: "SageMaker Runtime",
+    INFERENCE_ROUTER_RUNTIME: "SageMaker Inference Router Runtime",
+    GATEWAY_RUNTIME: "SageMaker Gateway Runtime",
+}
+RPC_SERVICE: Final = SERVICE_IDS[SAGEMAKER_RUNTIME]
+# The service id of each operation outside sagemaker-runtime (names are unique).
+_SERVICE_OF: Final = {
+    INVOKE_ROUTER: SERVICE_IDS[INFERENCE_ROUTER_RUNTIME],
+    INVOKE_ROUTER_ASYNC: SERVICE_IDS[INFERENCE_ROUTER_RUNTIME],
+    INVOKE_GLOBAL_GATEWAY: SERVICE_IDS[GATEWAY_RUNTIME],
+    INVOKE_GLOBAL_GATEWAY_STREAM: SERVICE_IDS[GATEWAY_RUNTIME],
+}
 # The variables that ask for tracing when no provider is installed yet.
 _ASKING = (
     "OTEL_TRACES_EXPORTER",
@@ -165,9 +189,10 @@ class TracingHook:
             handler(event)
 
     def _started(self, event: CallStarted) -> None:
+        service = _SERVICE_OF.get(event.operation, RPC_SERVICE)
         attributes = {
             "rpc.system": "aws-api",
-            "rpc.service": RPC_SERVICE,
+            "rpc.service": service,
             "rpc.method": event.operation,
             "gateway.route": event.route,
         }
@@ -176,7 +201,7 @@ class TracingHook:
         if event.model is not None:
             attributes["gateway.model"] = event.model
         span = self._tracer.start_span(
-            f"{RPC_SERVICE}.{event.operation}", kind=self._client, attributes=attributes
+            f"{service}.{event.operation}", kind=self._client, attributes=attributes
         )
         holder = _CallSpan(span)
         holder.token = _current.set(holder)

@@ -580,9 +580,13 @@ def _route_of(path: str) -> str | None:
 
 
 def _span_route(path: str) -> str:
-    # Low-cardinality span names: the endpoint name goes in an attribute.
+    # Low-cardinality span names: the endpoint, router or gateway is in url.path.
     if path.startswith("/endpoints/"):
         return "/endpoints/{name}/" + path[11:].partition("/")[2]
+    if path.startswith(_ROUTER_PREFIX):
+        return _ROUTER_PREFIX + "{name}/" + path[len(_ROUTER_PREFIX) :].partition("/")[2]
+    if path.startswith(_GATEWAY_PREFIX):
+        return _GATEWAY_PREFIX + "{id}/" + path[len(_GATEWAY_PREFIX) :].partition("/")[2]
     return path
 
 

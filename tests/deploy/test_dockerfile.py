@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import socket
 import subprocess
 import tomllib
@@ -76,7 +77,6 @@ def test_the_dockerfile_is_multi_stage_slim_non_root_with_a_healthcheck() -> Non
     assert re.fullmatch(r"python:3\.\d+-slim@sha256:[0-9a-f]{64}", runtime.image)
     keywords = dict(runtime.instructions)
     assert keywords["USER"].split(":")[0] not in {"0", "root"}
-    assert "/livez" in keywords["HEALTHCHECK"]
     assert '"gateway", "sidecar"' in keywords["ENTRYPOINT"]
     # Every package the wheel holds is copied into the build stage.
     project = tomllib.loads((DOCKERFILE.parent / "pyproject.toml").read_text())
@@ -85,6 +85,18 @@ def test_the_dockerfile_is_multi_stage_slim_non_root_with_a_healthcheck() -> Non
     }
     copied = {v.split()[0] for k, v in build.instructions if k == "COPY"}
     assert packages <= copied, packages - copied
+
+
+def test_the_healthcheck_asks_the_admin_listener_not_the_traffic_port() -> None:
+    runtime = parse_dockerfile(DOCKERFILE.read_text())[-1]
+    keywords = dict(runtime.instructions)
+    env = dict(token.partition("=")[::2] for token in shlex.split(keywords["ENV"]))
+    admin_port = env["SAGEMAKER_GATEWAY__SIDECAR__ADMIN_LISTEN"].rsplit(":", 1)[1]
+    traffic_port = env["SAGEMAKER_GATEWAY__SIDECAR__LISTEN"].rsplit(":", 1)[1]
+    assert admin_port == "9091" and traffic_port != admin_port
+    (asked,) = re.findall(r"http://127\.0\.0\.1:(\d+)(/\w+)", keywords["HEALTHCHECK"])
+    assert asked == (admin_port, "/livez")
+    assert set(keywords["EXPOSE"].split()) == {traffic_port, admin_port}
 
 
 def test_both_stages_build_on_one_base_image_pinned_by_digest() -> None:
@@ -124,7 +136,7 @@ def test_the_image_installs_a_compiled_hot_path(docker_build: BuiltImage) -> Non
 def test_the_image_command_serves_with_workers_and_passes_its_healthcheck(
     docker_build: BuiltImage, emulator_url: str, tmp_path: Path
 ) -> None:
-    port = _free_port()
+    port, admin_port = _free_port(), _free_port()
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
     config = tmp_path / "gateway.toml"
@@ -135,6 +147,7 @@ def test_the_image_command_serves_with_workers_and_passes_its_healthcheck(
     # As `docker run -e ... -v gateway.toml:/etc/sagemaker-gateway/gateway.toml` would.
     env = docker_build.environment(
         SAGEMAKER_GATEWAY__SIDECAR__LISTEN=f"0.0.0.0:{port}",
+        SAGEMAKER_GATEWAY__SIDECAR__ADMIN_LISTEN=f"127.0.0.1:{admin_port}",
         SAGEMAKER_GATEWAY__SIDECAR__WORKERS="2",
         SAGEMAKER_GATEWAY__SIDECAR__DRAIN_S="0",
         SAGEMAKER_GATEWAY__SIDECAR__AUTH__MODE="bearer",
@@ -147,9 +160,12 @@ def test_the_image_command_serves_with_workers_and_passes_its_healthcheck(
     try:
         url = processes.read_ready_line(sidecar, "sidecar listening on ", "sidecar", 60)
         healthcheck = [
-            str(docker_build.python) if part == "python" else part.replace(":8081/", f":{port}/")
+            str(docker_build.python)
+            if part == "python"
+            else part.replace(":9091/", f":{admin_port}/")
             for part in docker_build.healthcheck
         ]
+        # No credentials: the admin listener needs none although the traffic port does.
         assert subprocess.run(healthcheck, env=env, timeout=30, check=False).returncode == 0
         with httpx.Client(base_url=url) as http:
             assert http.get("/readyz").status_code == 200
