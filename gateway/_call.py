@@ -23,6 +23,8 @@ the transport only moves bytes. The rules this module keeps:
 5. Only ``GatewayError``s marked ``retryable`` are retried, within the
    route's retry budget, ``max_attempts`` and the deadline; a retryable
    error that outlives the deadline is reported as ``DeadlineExceeded``.
+   An answer's ``Retry-After`` cools its target down (``Route.cool_down``):
+   the retry goes elsewhere, or waits for it only if the wait fits the deadline.
 6. Every attempt is recorded exactly once, by :func:`record`: its outcome
    for the target's health, and an ``AttemptFinished`` event when a hook
    listens.
@@ -259,6 +261,8 @@ def record(
         error = asyncio.CancelledError() if isinstance(error, GeneratorExit) else error
     else:
         route.finish(state, started, outcome_of(error))
+        if isinstance(error, errors.ServiceError) and error.retry_after is not None:
+            route.cool_down(state, error.retry_after)  # it asked for rest: picks go elsewhere
     if emit is not None:
         emit_attempt(emit, route.name, state.key, endpoint, kind, started, error)
 
@@ -507,7 +511,9 @@ class Invoker:
         def stop(state: RetryCallState) -> bool:
             remaining = call.deadline - time.monotonic()
             attempt = state.attempt_number
-            return remaining <= route.backoff(attempt) or not route.try_acquire_retry(attempt)
+            if remaining <= route.backoff(attempt) or remaining <= route.ready_in(tried):
+                return True  # a Retry-After wait that outlasts the deadline is no retry
+            return not route.try_acquire_retry(attempt)
 
         def wait(state: RetryCallState) -> float:
             outcome = state.outcome
@@ -515,6 +521,8 @@ class Invoker:
             backoff = route.backoff(state.attempt_number)
             if isinstance(failure, errors.ModelNotReady | errors.Throttling):
                 backoff *= 2  # the far side asked for room: give it some
+            # Every target left is cooling down (Retry-After): wait for the first one back.
+            backoff = max(backoff, route.ready_in(tried))
             backoff = max(0.0, min(backoff, call.deadline - time.monotonic()))
             emit = self.emit
             if emit is not None and failure is not None:
