@@ -168,3 +168,66 @@ async def test_router_target_errors_are_read_in_the_routers_vocabulary(
             with pytest.raises(expected) as caught:
                 await gw.invoke("bid", b"{}")
             assert type(caught.value) is expected and caught.value.attempts == 1
+
+
+# -- a cross-Region router as the fallback priority --------------------------------
+
+EJECT_AT_ONCE = {"consecutive_failures": 1, "base_ejection_s": 60.0}
+
+
+def _router_calls(eu: Emulator) -> int:
+    return sum(1 for r in eu.recorded if r.path.startswith("/inference-routers/"))
+
+
+async def test_a_healthy_endpoint_leaves_the_fallback_router_idle(
+    emulator: Emulator, eu: Emulator
+) -> None:
+    targets = ["local-a", _router_target(eu, priority=1)]
+    async with _gateway(emulator, targets) as gw:
+        results = [await gw.invoke("bid", b"{}") for _ in range(30)]
+    assert {(r.target, r.attempts, r.routing_reason) for r in results} == {("local-a", 1, None)}
+    assert _router_calls(eu) == 0
+
+
+async def test_an_ejected_endpoint_falls_back_to_the_router_in_another_region(
+    emulator: Emulator, eu: Emulator
+) -> None:
+    targets = ["local-a", _router_target(eu, priority=1)]
+    async with _gateway(emulator, targets, ejection=EJECT_AT_ONCE) as gw:
+        emulator.set_faults("local-a", error_rates={"ServiceUnavailable": 1.0})
+        first = await gw.invoke("bid", b'{"n": 1}')
+        assert gw.route("bid").level_loads() == {0: 0.0, 1: 1.0}
+        emulator.restore("local-a")  # still ejected: calls keep going to the fallback
+        later = [await gw.invoke("bid", b"{}") for _ in range(5)]
+    assert (first.target, first.attempts) == ("r-eu", 2)  # the retry fell back
+    assert first.routed_resource_arn == REMOTE_EU
+    assert first.routing_reason == "local-preferred"  # the router's own Region
+    assert {(r.target, r.attempts, r.routed_resource_arn) for r in later} == {
+        ("r-eu", 1, REMOTE_EU)
+    }
+    assert _router_calls(eu) == 6
+
+
+async def test_a_hedge_lands_on_the_fallback_router(emulator: Emulator, eu: Emulator) -> None:
+    targets = ["local-a", _router_target(eu, priority=1)]
+    hedge = {"enabled": True, "initial_delay_ms": 20.0, "max_extra_load": 0.5}
+    emulator.set_latency("local-a", base_ms=3000.0)  # the primary hangs past the hedge delay
+    async with _gateway(emulator, targets, hedge=hedge, timeout_ms=10_000) as gw:
+        result = await gw.invoke("bid", b'{"hedged": true}')
+    assert result.hedged and result.target == "r-eu"
+    assert result.routed_resource_arn == REMOTE_EU
+    assert result.body == b'{"hedged": true}'
+
+
+async def test_the_fallback_takes_a_retry_of_the_healthy_primary(
+    emulator: Emulator, eu: Emulator
+) -> None:
+    # One failure does not eject (5 in a row would): the retry still falls back.
+    targets = ["local-a", _router_target(eu, priority=1)]
+    async with _gateway(emulator, targets) as gw:
+        emulator.set_faults("local-a", error_rates={"InternalFailure": 1.0})
+        result = await gw.invoke("bid", b"{}")
+        emulator.restore("local-a")
+        after = await gw.invoke("bid", b"{}")
+    assert (result.target, result.attempts, result.routing_reason) == ("r-eu", 2, "local-preferred")
+    assert (after.target, after.attempts) == ("local-a", 1)  # still the primary's traffic
