@@ -80,7 +80,7 @@ from gateway._events import (
 from gateway._http.interfaces import StreamingResponse, Transport
 from gateway._http.message import RawResponse
 from gateway._http.request import PreparedRequest
-from gateway._target_plans import TargetPlan, TargetPlanner
+from gateway._target_plans import TargetPlan, TargetPlanner, router_takes
 from gateway.routing import Outcome, Route, TargetState
 
 __all__ = [
@@ -576,8 +576,31 @@ class Invoker:
 
     # -- single attempts: the response stream and async invocations -------------
 
-    def single(self, route: Route) -> tuple[TargetState, TargetPlan]:
-        """The target of a call that is never hedged or retried."""
+    def single(
+        self,
+        route: Route,
+        operation: Operation | None = None,
+        after_host: list[tuple[str, str]] | None = None,
+        body: bytes = b"",
+    ) -> tuple[TargetState, TargetPlan]:
+        """The target of a call that is never hedged or retried.
+
+        A call of ``operation`` that an inference router cannot take (a stream,
+        an async invocation with an inline body) goes to the route's other targets.
+        """
+        routers = route.routers
+        if (
+            routers
+            and operation is not None
+            and not router_takes(operation, after_host or [], body)
+        ):
+            state = route.pick_outside(routers)
+            if state is None:
+                raise errors.InvalidRequest(
+                    f"route {route.name}: {operation.name} cannot go to an inference router "
+                    "target, and the route has no other target"
+                )
+            return state, self.plan(route, state)
         state = route.pick(None)
         if state is None:
             raise errors.NoHealthyTarget(f"route {route.name}: every target is ejected")

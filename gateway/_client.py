@@ -32,6 +32,7 @@ from gateway._api import (
     MAX_ASYNC_BODY_BYTES,
     AsyncInvocation,
     InvokeResult,
+    Operation,
     async_invocation_from_response,
     check_endpoint_name,
     check_header_value,
@@ -499,7 +500,7 @@ class Gateway:
         timeout: float | None,
         user_agent: str | None,
     ) -> OpenedStream:
-        route, state, plan = self._pick_single(endpoint)
+        route, state, plan = self._pick_single(endpoint, INVOKE_STREAM)
         emit = self._emit
         if emit is not None:
             emit(CallStarted(route.name, None, INVOKE_ENDPOINT_STREAM))
@@ -591,13 +592,14 @@ class Gateway:
             if body is None
             else payload_bytes(body, MAX_ASYNC_BODY_BYTES, "InvokeEndpointAsync")
         )
-        route, state, plan = self._pick_single(endpoint)
+        before_host, after_host = request_headers(INVOKE_ASYNC, members)
+        # To an inference router target as InvokeInferenceRouterAsync, when it maps.
+        route, state, plan = self._pick_single(endpoint, INVOKE_ASYNC, after_host, payload)
         if timeout is None:
             timeout = route.timeout_s or self._default_timeout
         else:
             _check_timeout(timeout)
         deadline = time.monotonic() + timeout
-        before_host, after_host = request_headers(INVOKE_ASYNC, members)
         request = prepared(
             plan,
             INVOKE_ASYNC,
@@ -744,11 +746,17 @@ class Gateway:
 
     # -- internals -----------------------------------------------------------
 
-    def _pick_single(self, endpoint: str) -> tuple[Route, TargetState, TargetPlan]:
+    def _pick_single(
+        self,
+        endpoint: str,
+        operation: Operation,
+        after_host: list[tuple[str, str]] | None = None,
+        body: bytes = b"",
+    ) -> tuple[Route, TargetState, TargetPlan]:
         if not self._started:
             raise errors.GatewayError("the gateway is not started: use 'async with Gateway(...)'")
         route = self._resolve(endpoint)
-        return (route, *self._invoker.single(route))
+        return (route, *self._invoker.single(route, operation, after_host, body))
 
     def _resolve(self, endpoint: str) -> Route:
         try:

@@ -272,6 +272,7 @@ class Route:
         "_targets",
         "_window_s",
         "hedging",
+        "routers",
     )
 
     def __init__(
@@ -290,6 +291,8 @@ class Route:
         self._targets = tuple(TargetState(target) for target in config.targets)
         self._healthy: list[TargetState] = list(self._targets)
         self._probing: list[TargetState] = []
+        # Read-only: the inference router targets (no stream goes to one).
+        self.routers = tuple(s for s in self._targets if s.target.inference_router is not None)
         self._levels = _priority_levels(self._targets)
         self._level_of: dict[TargetState, _Level] = {
             state: level for level in self._levels or () for state in level.members
@@ -438,6 +441,16 @@ class Route:
         if count == 1:
             return candidates[0]
         return self._fallback(self._healthy, exclude, reuse_excluded, now)
+
+    def pick_outside(self, exclude: Collection[TargetState]) -> TargetState | None:
+        """A primary pick among the targets outside ``exclude`` (the call cannot go to
+        those): the least loaded of them, whatever its health, when none is up;
+        None when there are none."""
+        state = self.pick(None, exclude)
+        if state is not None:
+            return state
+        rest = [s for s in self._targets if s not in exclude]
+        return _least_cost(rest, self._clock()) if rest else None
 
     def start(self, target: TargetState) -> float:
         """Mark a primary attempt in flight; returns the start time for ``finish``.

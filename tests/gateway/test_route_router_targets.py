@@ -26,7 +26,12 @@ EU: dict[str, Any] = {
     "auth": {"credentials": {ACCESS_KEY: SECRET_KEY}},
     "endpoints": {"remote-eu": {}},
     "inference_routers": {
-        "r-eu": {"routing_targets": {"t": {"destinations": [{"endpoint": "remote-eu"}]}}}
+        "r-eu": {
+            "routing_targets": {
+                "t": {"destinations": [{"endpoint": "remote-eu"}]},
+                "t-async": {"mode": "async", "destinations": [{"endpoint": "remote-eu"}]},
+            }
+        }
     },
 }
 REMOTE_EU = f"arn:aws:sagemaker:eu-west-1:{ACCOUNT}:endpoint/remote-eu"
@@ -231,3 +236,56 @@ async def test_the_fallback_takes_a_retry_of_the_healthy_primary(
         after = await gw.invoke("bid", b"{}")
     assert (result.target, result.attempts, result.routing_reason) == ("r-eu", 2, "local-preferred")
     assert (after.target, after.attempts) == ("local-a", 1)  # still the primary's traffic
+
+
+# -- streams and async invocations on routes with router targets ----------------------
+
+
+async def test_a_stream_uses_the_routes_endpoint_targets_only(
+    emulator: Emulator, eu: Emulator
+) -> None:
+    targets = [_router_target(eu, weight=100), {"endpoint": "local-a", "weight": 1}]
+    async with _gateway(emulator, targets) as gw:
+        for _ in range(5):
+            stream = gw.invoke_stream("bid", b'{"s": 1}')
+            parts = [part async for part in stream]
+            assert parts and stream.target == "local-a"
+    assert _router_calls(eu) == 0
+
+
+async def test_a_stream_on_a_route_of_routers_only_is_refused_typed(
+    emulator: Emulator, eu: Emulator
+) -> None:
+    async with _gateway(emulator, [_router_target(eu)]) as gw:
+        with pytest.raises(errors.InvalidRequest, match="no other target"):
+            async for _ in gw.invoke_stream("bid", b"{}"):
+                pass
+    assert _router_calls(eu) == 0
+
+
+async def test_an_async_invocation_goes_to_a_router_target_as_invoke_inference_router_async(
+    emulator: Emulator, eu: Emulator
+) -> None:
+    targets = [_router_target(eu, routing_target="t-async", weight=100), "local-a"]
+    async with _gateway(emulator, targets) as gw:
+        job = await gw.invoke_async("bid", input_location="s3://bucket/in.json")
+    assert job.output_location is not None
+    assert "/inference-router-outputs/r-eu/t-async/" in job.output_location
+    routed = [r for r in eu.recorded if r.path.startswith("/inference-routers/")]
+    assert [r.path for r in routed] == ["/inference-routers/r-eu/async-invocations"]
+    headers = {name.lower(): value for name, value in routed[0].headers}
+    assert headers["x-amzn-sagemaker-routing-target-name"] == "t-async"
+    assert headers["x-amzn-sagemaker-inputlocation"] == "s3://bucket/in.json"
+
+
+async def test_an_inline_async_body_skips_the_router_targets(
+    emulator: Emulator, eu: Emulator
+) -> None:
+    targets = [_router_target(eu, routing_target="t-async", weight=100), "local-a"]
+    async with _gateway(emulator, targets) as gw:
+        jobs = [await gw.invoke_async("bid", body=b'{"inline": 1}') for _ in range(3)]
+        with pytest.raises(errors.InvalidRequest, match="no other target"):
+            async with _gateway(emulator, [_router_target(eu)]) as only_routers:
+                await only_routers.invoke_async("bid", body=b"{}")
+    assert all("local-a" in (job.output_location or "") for job in jobs)
+    assert _router_calls(eu) == 0
