@@ -76,6 +76,7 @@ from gateway._events import (
     HedgeFired,
     HedgeLost,
     RetryScheduled,
+    routing_labels,
 )
 from gateway._http.interfaces import StreamingResponse, Transport
 from gateway._http.message import RawResponse
@@ -697,8 +698,13 @@ async def observed_call(
     model: str | None,
     call: Awaitable[InvokeResult],
     cached: bool,
+    routed: bool = False,
 ) -> InvokeResult:
-    """One call between CallStarted and CallFinished (only when a hook listens)."""
+    """One call between CallStarted and CallFinished (only when a hook listens).
+
+    ``routed``: the route has inference router targets, so an answer may carry
+    the router's reason and resource (read only then: it parses the head).
+    """
     emit(new_event(CallStarted, (route, model, INVOKE_ENDPOINT)))
     started = time.monotonic()
     try:
@@ -709,6 +715,9 @@ async def observed_call(
         raise
     if cached:
         emit(CacheLookup(route, result.cache or "miss"))
+    reason = resource = None
+    if routed and result.cache is None:
+        reason, resource = routing_labels(result.routing_reason, result.routed_resource_arn)
     emit(
         new_event(
             CallFinished,
@@ -723,6 +732,8 @@ async def observed_call(
                 None,
                 INVOKE_ENDPOINT,
                 result.request_id,
+                reason,
+                resource,
             ),
         )
     )

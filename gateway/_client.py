@@ -403,7 +403,8 @@ class Gateway:
             )
             if emit is None:
                 return await call
-            return await observed_call(emit, route.name, target_model, call, False)
+            routed = bool(route.routers)
+            return await observed_call(emit, route.name, target_model, call, False, routed)
         load = functools.partial(
             self._invoker.invoke,
             route,
@@ -419,7 +420,8 @@ class Gateway:
         loaded = cached.get_or_load(load, key, cache_ttl or route.config.cache_ttl_s, deadline)
         if emit is None:
             return await loaded
-        return await observed_call(emit, route.name, target_model, loaded, True)
+        routed = bool(route.routers)
+        return await observed_call(emit, route.name, target_model, loaded, True, routed)
 
     def set_cache_version(
         self, endpoint: str, version: str, target_model: str | None = None
@@ -713,7 +715,10 @@ class Gateway:
         """
         if self._metrics is None:
             routes = {name: [t.key for t in r.targets] for name, r in self._router.routes.items()}
-            self._metrics = GatewayMetrics(label_cap, routes, cache=self._cache is not None)
+            routed = [name for name, r in self._router.routes.items() if r.routers]
+            self._metrics = GatewayMetrics(
+                label_cap, routes, cache=self._cache is not None, routed=routed
+            )
             self.add_hook(self._metrics)
         return self._metrics
 
