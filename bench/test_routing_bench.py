@@ -90,3 +90,19 @@ def test_mme_pick_ranking_cache_misses(benchmark: Any) -> None:
     route = Route(make_route(4).config, rng=random.Random(1), ranking_cache_size=1_000)
     benchmark(model_batch(route, MODELS))
     report(benchmark, "MME, every ranking a cache miss, 4 targets")
+
+
+def test_pick_start_finish_with_a_fallback_level(benchmark: Any) -> None:
+    """Two endpoints at priority 0 and a fallback at priority 1: the per-pick cost of levels."""
+    config = RouteConfig.from_mapping(
+        "bench",
+        {
+            "targets": [
+                {"endpoint": "endpoint-0"},
+                {"endpoint": "endpoint-1"},
+                {"inference_router": "router", "routing_target": "t", "priority": 1},
+            ],
+            "hedge": {"enabled": True},
+        },
+    )
+    benchmark(plain_batch(Route(config, rng=random.Random(1))))

@@ -23,6 +23,8 @@ the transport only moves bytes. The rules this module keeps:
 5. Only ``GatewayError``s marked ``retryable`` are retried, within the
    route's retry budget, ``max_attempts`` and the deadline; a retryable
    error that outlives the deadline is reported as ``DeadlineExceeded``.
+   An answer's ``Retry-After`` cools its target down (``Route.cool_down``):
+   the retry goes elsewhere, or waits for it only if the wait fits the deadline.
 6. Every attempt is recorded exactly once, by :func:`record`: its outcome
    for the target's health, and an ``AttemptFinished`` event when a hook
    listens.
@@ -74,11 +76,12 @@ from gateway._events import (
     HedgeFired,
     HedgeLost,
     RetryScheduled,
+    routing_labels,
 )
 from gateway._http.interfaces import StreamingResponse, Transport
 from gateway._http.message import RawResponse
 from gateway._http.request import PreparedRequest
-from gateway._target_plans import TargetPlan, TargetPlanner
+from gateway._target_plans import TargetPlan, TargetPlanner, router_takes
 from gateway.routing import Outcome, Route, TargetState
 
 __all__ = [
@@ -259,6 +262,8 @@ def record(
         error = asyncio.CancelledError() if isinstance(error, GeneratorExit) else error
     else:
         route.finish(state, started, outcome_of(error))
+        if isinstance(error, errors.ServiceError) and error.retry_after is not None:
+            route.cool_down(state, error.retry_after)  # it asked for rest: picks go elsewhere
     if emit is not None:
         emit_attempt(emit, route.name, state.key, endpoint, kind, started, error)
 
@@ -507,7 +512,9 @@ class Invoker:
         def stop(state: RetryCallState) -> bool:
             remaining = call.deadline - time.monotonic()
             attempt = state.attempt_number
-            return remaining <= route.backoff(attempt) or not route.try_acquire_retry(attempt)
+            if remaining <= route.backoff(attempt) or remaining <= route.ready_in(tried):
+                return True  # a Retry-After wait that outlasts the deadline is no retry
+            return not route.try_acquire_retry(attempt)
 
         def wait(state: RetryCallState) -> float:
             outcome = state.outcome
@@ -515,6 +522,8 @@ class Invoker:
             backoff = route.backoff(state.attempt_number)
             if isinstance(failure, errors.ModelNotReady | errors.Throttling):
                 backoff *= 2  # the far side asked for room: give it some
+            # Every target left is cooling down (Retry-After): wait for the first one back.
+            backoff = max(backoff, route.ready_in(tried))
             backoff = max(0.0, min(backoff, call.deadline - time.monotonic()))
             emit = self.emit
             if emit is not None and failure is not None:
@@ -568,8 +577,31 @@ class Invoker:
 
     # -- single attempts: the response stream and async invocations -------------
 
-    def single(self, route: Route) -> tuple[TargetState, TargetPlan]:
-        """The target of a call that is never hedged or retried."""
+    def single(
+        self,
+        route: Route,
+        operation: Operation | None = None,
+        after_host: list[tuple[str, str]] | None = None,
+        body: bytes = b"",
+    ) -> tuple[TargetState, TargetPlan]:
+        """The target of a call that is never hedged or retried.
+
+        A call of ``operation`` that an inference router cannot take (a stream,
+        an async invocation with an inline body) goes to the route's other targets.
+        """
+        routers = route.routers
+        if (
+            routers
+            and operation is not None
+            and not router_takes(operation, after_host or [], body)
+        ):
+            state = route.pick_outside(routers)
+            if state is None:
+                raise errors.InvalidRequest(
+                    f"route {route.name}: {operation.name} cannot go to an inference router "
+                    "target, and the route has no other target"
+                )
+            return state, self.plan(route, state)
         state = route.pick(None)
         if state is None:
             raise errors.NoHealthyTarget(f"route {route.name}: every target is ejected")
@@ -666,8 +698,13 @@ async def observed_call(
     model: str | None,
     call: Awaitable[InvokeResult],
     cached: bool,
+    routed: bool = False,
 ) -> InvokeResult:
-    """One call between CallStarted and CallFinished (only when a hook listens)."""
+    """One call between CallStarted and CallFinished (only when a hook listens).
+
+    ``routed``: the route has inference router targets, so an answer may carry
+    the router's reason and resource (read only then: it parses the head).
+    """
     emit(new_event(CallStarted, (route, model, INVOKE_ENDPOINT)))
     started = time.monotonic()
     try:
@@ -678,6 +715,9 @@ async def observed_call(
         raise
     if cached:
         emit(CacheLookup(route, result.cache or "miss"))
+    reason = resource = None
+    if routed and result.cache is None:
+        reason, resource = routing_labels(result.routing_reason, result.routed_resource_arn)
     emit(
         new_event(
             CallFinished,
@@ -692,6 +732,8 @@ async def observed_call(
                 None,
                 INVOKE_ENDPOINT,
                 result.request_id,
+                reason,
+                resource,
             ),
         )
     )

@@ -32,6 +32,7 @@ from gateway._api import (
     MAX_ASYNC_BODY_BYTES,
     AsyncInvocation,
     InvokeResult,
+    Operation,
     async_invocation_from_response,
     check_endpoint_name,
     check_header_value,
@@ -402,7 +403,8 @@ class Gateway:
             )
             if emit is None:
                 return await call
-            return await observed_call(emit, route.name, target_model, call, False)
+            routed = bool(route.routers)
+            return await observed_call(emit, route.name, target_model, call, False, routed)
         load = functools.partial(
             self._invoker.invoke,
             route,
@@ -418,7 +420,8 @@ class Gateway:
         loaded = cached.get_or_load(load, key, cache_ttl or route.config.cache_ttl_s, deadline)
         if emit is None:
             return await loaded
-        return await observed_call(emit, route.name, target_model, loaded, True)
+        routed = bool(route.routers)
+        return await observed_call(emit, route.name, target_model, loaded, True, routed)
 
     def set_cache_version(
         self, endpoint: str, version: str, target_model: str | None = None
@@ -499,7 +502,7 @@ class Gateway:
         timeout: float | None,
         user_agent: str | None,
     ) -> OpenedStream:
-        route, state, plan = self._pick_single(endpoint)
+        route, state, plan = self._pick_single(endpoint, INVOKE_STREAM)
         emit = self._emit
         if emit is not None:
             emit(CallStarted(route.name, None, INVOKE_ENDPOINT_STREAM))
@@ -591,13 +594,14 @@ class Gateway:
             if body is None
             else payload_bytes(body, MAX_ASYNC_BODY_BYTES, "InvokeEndpointAsync")
         )
-        route, state, plan = self._pick_single(endpoint)
+        before_host, after_host = request_headers(INVOKE_ASYNC, members)
+        # To an inference router target as InvokeInferenceRouterAsync, when it maps.
+        route, state, plan = self._pick_single(endpoint, INVOKE_ASYNC, after_host, payload)
         if timeout is None:
             timeout = route.timeout_s or self._default_timeout
         else:
             _check_timeout(timeout)
         deadline = time.monotonic() + timeout
-        before_host, after_host = request_headers(INVOKE_ASYNC, members)
         request = prepared(
             plan,
             INVOKE_ASYNC,
@@ -711,7 +715,10 @@ class Gateway:
         """
         if self._metrics is None:
             routes = {name: [t.key for t in r.targets] for name, r in self._router.routes.items()}
-            self._metrics = GatewayMetrics(label_cap, routes, cache=self._cache is not None)
+            routed = [name for name, r in self._router.routes.items() if r.routers]
+            self._metrics = GatewayMetrics(
+                label_cap, routes, cache=self._cache is not None, routed=routed
+            )
             self.add_hook(self._metrics)
         return self._metrics
 
@@ -744,11 +751,17 @@ class Gateway:
 
     # -- internals -----------------------------------------------------------
 
-    def _pick_single(self, endpoint: str) -> tuple[Route, TargetState, TargetPlan]:
+    def _pick_single(
+        self,
+        endpoint: str,
+        operation: Operation,
+        after_host: list[tuple[str, str]] | None = None,
+        body: bytes = b"",
+    ) -> tuple[Route, TargetState, TargetPlan]:
         if not self._started:
             raise errors.GatewayError("the gateway is not started: use 'async with Gateway(...)'")
         route = self._resolve(endpoint)
-        return (route, *self._invoker.single(route))
+        return (route, *self._invoker.single(route, operation, after_host, body))
 
     def _resolve(self, endpoint: str) -> Route:
         try:

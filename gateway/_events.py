@@ -26,6 +26,7 @@ two events of different types with equal fields compare equal as tuples.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Final, NamedTuple, Protocol, TypeAlias
@@ -42,6 +43,7 @@ __all__ = [
     "LOST",
     "PRIMARY",
     "RETRY",
+    "ROUTING_REASONS",
     "WON",
     "AttemptFinished",
     "CacheLookup",
@@ -62,6 +64,7 @@ __all__ = [
     "StateLog",
     "TargetEjected",
     "TargetReadmitted",
+    "routing_labels",
 ]
 
 log = logging.getLogger("gateway.events")
@@ -83,6 +86,26 @@ INVOKE_ENDPOINT: Final = "InvokeEndpoint"
 INVOKE_ENDPOINT_STREAM: Final = "InvokeEndpointWithResponseStream"
 INVOKE_ENDPOINT_ASYNC: Final = "InvokeEndpointAsync"
 
+# An inference router's documented RoutingReason values; any other reads OTHER.
+ROUTING_REASONS: Final = ("local-preferred", "capacity-available", "only-healthy", "failover")
+OTHER: Final = "other"
+# The routed resource a label may hold: a SageMaker endpoint's or inference component's ARN.
+_ROUTED_ARN = re.compile(
+    r"arn:aws[a-z-]{0,16}:sagemaker:[a-z0-9-]{1,32}:[0-9]{12}:"
+    r"(?:endpoint|inference-component)/[a-zA-Z0-9](?:-*[a-zA-Z0-9]){0,62}"
+)
+
+
+def routing_labels(reason: str | None, arn: str | None) -> tuple[str | None, str | None]:
+    """An inference router's answer as bounded labels: the reason from the documented
+    set, the resource a well-formed SageMaker ARN; anything else ``other``.
+    (None, None) for an answer that came from no router."""
+    if reason is None and arn is None:
+        return None, None
+    label = reason if reason in ROUTING_REASONS else OTHER
+    resource = arn if arn is not None and _ROUTED_ARN.fullmatch(arn) else OTHER
+    return label, resource
+
 
 class CallStarted(NamedTuple):
     """A call began: ``Gateway.invoke`` (before the cache or any attempt),
@@ -100,7 +123,9 @@ class CallFinished(NamedTuple):
     ``cache_source`` is where a cached answer came from (``near``, ``redis``,
     ``stale``, ``coalesced``), None when a target answered or there was no
     cache. ``error_code`` is None on success. ``request_id`` is SageMaker's
-    ``x-amzn-RequestId`` when an answer carried one.
+    ``x-amzn-RequestId`` when an answer carried one. ``routing_reason`` and
+    ``routed_resource`` are set when an inference router answered (see
+    :func:`routing_labels`: a documented reason or ``other``, an ARN or ``other``).
     """
 
     route: str
@@ -113,6 +138,8 @@ class CallFinished(NamedTuple):
     error_code: str | None
     operation: str = INVOKE_ENDPOINT
     request_id: str | None = None
+    routing_reason: str | None = None
+    routed_resource: str | None = None
 
 
 class AttemptFinished(NamedTuple):

@@ -15,6 +15,12 @@ series count or push a real route out of its label. Error codes past
 the configured routes and targets from the start, so ``increase()`` sees the
 first event.
 
+Calls an inference router answered count by routing reason (the documented
+four, else ``other``; at zero for each configured route with a router target)
+and by routed resource (a SageMaker ARN among the first ``label_cap`` seen,
+else ``other``). ``invoke_router`` calls count under the router's name
+(the first ``label_cap`` names, else ``other``).
+
 Every family is named ``sagemaker_gateway_*`` in base units (seconds), and
 every latency histogram of the gateway, the sidecar and the RTB proxy uses
 ``LATENCY_BUCKETS_S``, so they line up on one dashboard.
@@ -34,6 +40,7 @@ from gateway._events import (
     LOST,
     PRIMARY,
     RETRY,
+    ROUTING_REASONS,
     WON,
     AttemptFinished,
     CacheLookup,
@@ -109,6 +116,7 @@ _KINDS = (PRIMARY, HEDGE, RETRY)
 _OUTCOMES = (WON, LOST, CANCELLED, FAILED)
 _CACHE_SOURCES = ("near", "redis", "stale", "coalesced", "miss")
 _REFRESH_RESULTS = ("ok", "failed")
+_REASONS = (*ROUTING_REASONS, "other")
 _INF = float("inf")
 _BOUNDS = (*LATENCY_BUCKETS_S, _INF)
 _BOUND_LABELS = tuple("+Inf" if bound == _INF else repr(bound) for bound in _BOUNDS)
@@ -198,9 +206,11 @@ class GatewayMetrics:
         label_cap: int = DEFAULT_LABEL_CAP,
         routes: Mapping[str, Iterable[str]] | None = None,
         cache: bool = False,
+        routed: Iterable[str] = (),
     ) -> None:
         """``routes``: configured route -> its target keys, the only label values
-        (anything else counts as ``unconfigured``); None: any name, capped."""
+        (anything else counts as ``unconfigured``); None: any name, capped.
+        ``routed``: the configured routes with an inference router target."""
         self.label_cap = label_cap
         self.configured: dict[str, frozenset[str]] | None = (
             None if routes is None else {name: frozenset(keys) for name, keys in routes.items()}
@@ -225,6 +235,11 @@ class GatewayMetrics:
         self.cache_lookups: dict[str, int] = {}
         self.circuit_opens = 0
         self.credential_refreshes: dict[str, int] = {}
+        self.routed_routes = tuple(routed)
+        self.routing_reasons: dict[tuple[str, str], int] = {}
+        self.routed_resources: dict[tuple[str, str], int] = {}
+        self._router_names = LabelCap(label_cap)
+        self._resources = LabelCap(label_cap)
         self._handlers: dict[type, Callable[[Any], None]] = {
             AttemptFinished: self._attempt,
             CallFinished: self._call,
@@ -297,6 +312,8 @@ class GatewayMetrics:
             _bump(self.retries, metrics.route)
 
     def _call(self, event: CallFinished) -> None:
+        if event.routing_reason is not None:
+            self._routed(event)
         if event.operation != INVOKE_ENDPOINT:
             return  # calls_total and its histogram count Gateway.invoke, as documented
         route = self.route_label(event.route)
@@ -313,6 +330,16 @@ class GatewayMetrics:
             _bump(self.call_errors, (route, self._codes(code)))
             if code == "DeadlineExceeded":
                 _bump(self.deadline_exceeded, route)
+
+    def _routed(self, event: CallFinished) -> None:
+        # The event's labels are bounded already; the cap bounds how many ARNs.
+        if event.operation == INVOKE_ENDPOINT:
+            route = self.route_label(event.route)
+        else:
+            route = self._router_names(event.route)
+        reason = event.routing_reason or OTHER
+        _bump(self.routing_reasons, (route, reason if reason in _REASONS else OTHER))
+        _bump(self.routed_resources, (route, self._resources(event.routed_resource or OTHER)))
 
     def _hedge_fired(self, event: HedgeFired) -> None:
         _bump(self.hedges, self.route_label(event.route))
@@ -483,6 +510,24 @@ class _Collector:
         for (route, target), count in _with_zeros(metrics.ejections, pairs):
             ejections.add_metric([route, target], count)
         yield ejections
+        reasons = CounterMetricFamily(
+            "sagemaker_gateway_routed_calls",
+            "Calls an inference router answered, by its routing reason",
+            labels=["route", "reason"],
+        )
+        known = [(route, reason) for route in metrics.routed_routes for reason in _REASONS]
+        for (route, reason), count in _with_zeros(metrics.routing_reasons, known):
+            reasons.add_metric([route, reason], count)
+        yield reasons
+        resources = CounterMetricFamily(
+            "sagemaker_gateway_routed_resources",
+            "Calls an inference router answered, by the endpoint or inference component it "
+            "invoked (an ARN, or other)",
+            labels=["route", "resource"],
+        )
+        for (route, resource), count in list(metrics.routed_resources.items()):
+            resources.add_metric([route, resource], count)
+        yield resources
         sources = _CACHE_SOURCES if metrics.cache_enabled else ()
         yield _labelled(
             "sagemaker_gateway_cache_lookups",

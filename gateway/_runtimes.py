@@ -39,7 +39,7 @@ from gateway._api import (
 from gateway._aws.models import GATEWAY_RUNTIME, INFERENCE_ROUTER_RUNTIME, service_model
 from gateway._call import Invoker, code_of, prepared
 from gateway._config import GatewayConfig
-from gateway._events import CallFinished, CallStarted, Emit
+from gateway._events import CallFinished, CallStarted, Emit, routing_labels
 from gateway._gateway_config import defaults_template
 from gateway._http.message import RawResponse
 from gateway._streaming import InvokeStream, OpenedStream, payload_parts
@@ -496,6 +496,9 @@ async def _observed(
             )
         )
         raise
+    reason = resource = None
+    if operation == INVOKE_ROUTER:
+        reason, resource = routing_labels(result.routing_reason, result.routed_resource_arn)
     emit(
         CallFinished(
             route,
@@ -508,6 +511,8 @@ async def _observed(
             None,
             operation,
             result.request_id,
+            reason,
+            resource,
         )
     )
     return result

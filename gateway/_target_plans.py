@@ -32,7 +32,7 @@ from gateway._http.request import RequestSigner
 from gateway.routing import Route, TargetState
 from gateway.routing._config import parse_routes
 
-__all__ = ["TargetPlan", "TargetPlanner"]
+__all__ = ["TargetPlan", "TargetPlanner", "router_takes"]
 
 
 class TargetPlan:
@@ -100,19 +100,43 @@ class TargetPlan:
 
 _ROUTING_TARGET = "x-amzn-sagemaker-routing-target-name"
 ROUTER_SERVICE = "sagemaker-inference-router-runtime"
+# SageMaker Runtime's operations an inference router has a counterpart of (it has no stream).
+_ROUTER_OPERATIONS = {
+    "InvokeEndpoint": "InvokeInferenceRouter",
+    "InvokeEndpointAsync": "InvokeInferenceRouterAsync",
+}
 
 
 def _router_operation(operation: Operation) -> Operation:
-    """InvokeInferenceRouter, for an InvokeEndpoint call to an inference router target."""
-    if operation.name != "InvokeEndpoint":
+    """The inference router's counterpart of ``operation``, for a call to a router target."""
+    name = _ROUTER_OPERATIONS.get(operation.name)
+    if name is None:
         raise errors.InvalidRequest(
-            f"{operation.name} cannot go to an inference router target (InvokeEndpoint can)"
+            f"{operation.name} cannot go to an inference router target "
+            "(InvokeEndpoint and InvokeEndpointAsync can)"
         )
-    router = operation_table().get((ROUTER_SERVICE, "InvokeInferenceRouter"))
+    router = operation_table().get((ROUTER_SERVICE, name))
     if router is None:
         service_model(ROUTER_SERVICE)  # an older botocore: names the release it needs
-        raise AssertionError("unreachable: the model has InvokeInferenceRouter")
+        raise AssertionError(f"unreachable: the model has {name}")
     return router
+
+
+def router_takes(operation: Operation, after_host: list[tuple[str, str]], body: bytes) -> bool:
+    """Whether a call of ``operation`` maps onto the inference router's counterpart:
+    one exists, takes every member the call sets, has each member it requires
+    (the routing target aside), and takes the body, if any."""
+    if operation.name not in _ROUTER_OPERATIONS:
+        return False
+    router = _router_operation(operation)
+    accepted = router.by_header
+    if any(name not in accepted for name, _ in after_host):
+        return False
+    given = {name for name, _ in after_host}
+    for member in router.headers:
+        if member.required and member.header != _ROUTING_TARGET and member.header not in given:
+            return False
+    return not body or "Body" in router.by_name
 
 
 class TargetPlanner:

@@ -219,6 +219,9 @@ class TracingHook:
             span.set_attribute("gateway.cache.source", event.cache_source)
         if event.request_id is not None:
             span.set_attribute("aws.request_id", event.request_id)
+        if event.routing_reason is not None:
+            span.set_attribute("gateway.routing.reason", event.routing_reason)
+            span.set_attribute("gateway.routing.resource", event.routed_resource or "other")
         if event.error_code is not None:
             span.set_attribute("gateway.error.code", event.error_code)
             span.set_status(self._error)

@@ -303,9 +303,15 @@ class RouterService:
             if max_in_flight is not None:
                 destination.max_in_flight = max_in_flight
 
-    def set_faults(self, router: str, error_rates: Mapping[str, float]) -> None:
+    def set_faults(
+        self, router: str, error_rates: Mapping[str, float], retry_after_s: int | None = None
+    ) -> None:
         state = self._router(router)
-        state.faults = read(RouterFaultConfig, {"error_rates": dict(error_rates)}, f"{router}")
+        changes: dict[str, object] = {"error_rates": dict(error_rates)}
+        changes["retry_after_s"] = (
+            state.faults.retry_after_s if retry_after_s is None else retry_after_s
+        )
+        state.faults = read(RouterFaultConfig, changes, f"{router}")
 
     def restore(self) -> None:
         for state in self._routers.values():
@@ -357,7 +363,10 @@ class RouterService:
             )
         injected = router.draw_error()
         if injected is not None:
-            raise router_error(injected, _INJECTED[injected])
+            error = router_error(injected, _INJECTED[injected])
+            if injected == "ThrottlingException":
+                error.headers = (("Retry-After", str(router.faults.retry_after_s)),)
+            raise error
         return router, target
 
     async def invoke(self, request: Request, name: str, request_id: str) -> Response:

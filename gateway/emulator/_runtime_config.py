@@ -121,6 +121,8 @@ class RouterFaultConfig:
     """Errors the router answers itself, before any destination (codes: ROUTER_ERROR_CODES)."""
 
     error_rates: Mapping[str, float] = setting(factory=dict, ge=0, le=1)
+    # Retry-After (seconds) on the router's own ThrottlingException.
+    retry_after_s: int = setting(default=1, ge=0)
 
     def __post_init__(self) -> None:
         _rates(self.error_rates, ROUTER_ERROR_CODES, self)

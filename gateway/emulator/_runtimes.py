@@ -142,7 +142,9 @@ class RuntimeServices:
         elif kind == "restore":
             self.restore()
         elif kind == "router-faults":
-            self.routers.set_faults(rest, changes.get("error_rates", {}))
+            self.routers.set_faults(
+                rest, changes.get("error_rates", {}), changes.get("retry_after_s")
+            )
         elif kind == "destination":
             router, target, endpoint = rest.split("/")
             self.routers.set_destination(router, target, endpoint, **changes)

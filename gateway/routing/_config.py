@@ -13,6 +13,8 @@ from gateway.errors import ConfigError
 # Default ceilings; left at the default, each follows a larger base.
 _BACKOFF_MAX_MS = 50.0
 _MAX_EJECTION_S = 300.0
+# Priority levels a route may use (0 first); more would only be a typo.
+_MAX_PRIORITY = 9
 
 
 @section("target")
@@ -20,6 +22,10 @@ class Target:
     """One place a request can go: a SageMaker endpoint, optionally pinned, or an
     inference router's routing target (``inference_router`` + ``routing_target``),
     which then picks the endpoint itself.
+
+    ``priority`` orders targets as Envoy's priority levels do: priority 0
+    takes all traffic while enough of it is up, the next priority takes what
+    spills over (a fallback), and so on.
 
     ``key`` is stable across processes and restarts; it feeds the
     rendezvous hash for multi-model endpoints and labels metrics.
@@ -30,6 +36,7 @@ class Target:
     url: str | None = setting(default=None, check=http_url)
     variant: str | None = None
     weight: float = setting(default=1.0, gt=0)
+    priority: int = setting(default=0, ge=0, le=_MAX_PRIORITY)
     inference_router: str | None = None
     routing_target: str | None = None
     key: str = field(init=False)
@@ -89,6 +96,8 @@ class RetryConfig:
     min_per_second: float = setting(default=5.0, ge=0)
     backoff_base_ms: float = setting(default=2.0, ge=0)
     backoff_max_ms: float = setting(default=_BACKOFF_MAX_MS, ge=0)
+    # A throttled answer's Retry-After cools its target down this long at most (0: ignore it).
+    max_retry_after_s: float = setting(default=10.0, ge=0)
 
     def __post_init__(self) -> None:
         if self.backoff_max_ms < self.backoff_base_ms:
@@ -147,6 +156,9 @@ class RouteConfig:
     ejection: EjectionConfig = field(default_factory=EjectionConfig)
     health_check: HealthCheckConfig = field(default_factory=HealthCheckConfig)
     mme_preferred: int = setting(default=2, ge=1)
+    # Envoy's overprovisioning factor: a priority level counts as fully up while
+    # its up share times this is at least 1 (1.4: 72% up keeps all its traffic).
+    overprovisioning_factor: float = setting(default=1.4, ge=1)
     # Prediction-cache defaults for calls on this route (a call's own
     # ``cache=``/``cache_ttl=`` still win); plain data, routing never caches.
     cache: bool = True

@@ -11,6 +11,15 @@ weigh the same (the default) is one class: pure latency-aware balancing. A
 canary at 0.1 next to a primary at 0.9 gets 10% of calls, however few are
 in flight, instead of only the overflow once the primary is loaded.
 
+Priorities are Envoy's priority levels: each level's health is its up
+share times the overprovisioning factor (at most 1), priority 0 takes that
+share of calls and the next levels take what is left, in order (normalised
+when the levels' healths add up to less than 1). Ejected, probing and
+cooling-down targets are down. A hedge or a retry whose loaded levels hold
+only targets it already tried goes to the next level with an up target,
+the fallback. A throttled answer's ``Retry-After`` cools its target down:
+out of picks until then, as if ejected, without counting as an ejection.
+
 Gateway calls :meth:`Route.pick`, :meth:`Route.start` and
 :meth:`Route.finish` on every attempt, so those three are written for
 CPU: attributes read once into locals, no allocation on the common path,
@@ -84,6 +93,11 @@ def _cost(state: TargetState, now: float) -> float:
     return load * state._inv_weight
 
 
+def _up(state: TargetState, now: float) -> bool:
+    """Takes traffic: healthy, and no Retry-After cooldown running."""
+    return state._state is _HEALTHY and state._cool_until <= now
+
+
 class _WeightClass:
     """The targets sharing one weight, and their running smooth-WRR credit."""
 
@@ -96,9 +110,77 @@ class _WeightClass:
         self.share = sum(state.target.weight for state in members)
         self.credit = 0.0
 
-    def regroup(self) -> None:
-        self.healthy = [s for s in self.members if s._state is _HEALTHY]
+    def regroup(self, now: float) -> None:
+        self.healthy = [s for s in self.members if _up(s, now)]
         self.share = sum(state.target.weight for state in self.healthy)
+
+
+class _Level:
+    """The targets of one priority: its up members, weight classes and share of calls."""
+
+    __slots__ = ("classes", "credit", "healthy", "load", "members", "priority")
+
+    def __init__(self, priority: int, members: tuple[TargetState, ...]) -> None:
+        self.priority = priority
+        self.members = members
+        self.healthy: list[TargetState] = list(members)
+        self.classes = _weight_classes(members)
+        # The share of primary picks this level takes (0.0 to 1.0).
+        self.load = 0.0
+        self.credit = 0.0
+
+    def regroup(self, now: float) -> None:
+        self.healthy = [s for s in self.members if _up(s, now)]
+        if self.classes is not None:
+            for weight_class in self.classes:
+                weight_class.regroup(now)
+
+    def candidates(self, exclude: Collection[TargetState]) -> list[TargetState]:
+        if self.classes is not None:
+            return _take_share(self.classes, exclude)
+        if exclude:
+            return [state for state in self.healthy if state not in exclude]
+        return self.healthy
+
+
+def _priority_levels(targets: tuple[TargetState, ...]) -> tuple[_Level, ...] | None:
+    """Targets grouped by priority, lowest first; None when all share one priority."""
+    groups: dict[int, list[TargetState]] = {}
+    for state in targets:
+        groups.setdefault(state.target.priority, []).append(state)
+    if len(groups) < 2:
+        return None
+    return tuple(_Level(priority, tuple(groups[priority])) for priority in sorted(groups))
+
+
+def _spread(levels: tuple[_Level, ...], factor: float) -> None:
+    """Each level's load, as Envoy spreads calls over priority levels."""
+    healths = [min(1.0, factor * len(level.healthy) / len(level.members)) for level in levels]
+    total = min(1.0, sum(healths))
+    remaining = 1.0
+    for level, health in zip(levels, healths, strict=True):
+        load = min(remaining, health / total) if total > 0 else 0.0
+        level.load = load
+        remaining -= load
+
+
+def _take_level(levels: tuple[_Level, ...], exclude: Collection[TargetState]) -> _Level | None:
+    """The loaded level whose turn it is (smooth WRR on the loads), skipping levels
+    whose up targets are all excluded."""
+    chosen: _Level | None = None
+    total = 0.0
+    for level in levels:
+        if level.load <= 0.0:
+            continue
+        if exclude and all(state in exclude for state in level.healthy):
+            continue
+        level.credit += level.load
+        total += level.load
+        if chosen is None or level.credit > chosen.credit:
+            chosen = level
+    if chosen is not None:
+        chosen.credit -= total
+    return chosen
 
 
 def _weight_classes(targets: tuple[TargetState, ...]) -> tuple[_WeightClass, ...] | None:
@@ -175,6 +257,8 @@ class Route:
         "_hedge_delay",
         "_hedge_policy",
         "_latency",
+        "_level_of",
+        "_levels",
         "_max_out",
         "_mme_preferred",
         "_next_hedge_refresh",
@@ -188,6 +272,7 @@ class Route:
         "_targets",
         "_window_s",
         "hedging",
+        "routers",
     )
 
     def __init__(
@@ -206,9 +291,18 @@ class Route:
         self._targets = tuple(TargetState(target) for target in config.targets)
         self._healthy: list[TargetState] = list(self._targets)
         self._probing: list[TargetState] = []
-        self._classes = _weight_classes(self._targets)
+        # Read-only: the inference router targets (no stream goes to one).
+        self.routers = tuple(s for s in self._targets if s.target.inference_router is not None)
+        self._levels = _priority_levels(self._targets)
+        self._level_of: dict[TargetState, _Level] = {
+            state: level for level in self._levels or () for state in level.members
+        }
+        # With priorities, weights are shares inside each level.
+        self._classes = _weight_classes(self._targets) if self._levels is None else None
         self._next_wake = math.inf
         self._max_out = _max_out_of_rotation(len(self._targets), config.ejection.max_ejected_share)
+        if self._levels is not None:
+            _spread(self._levels, config.overprovisioning_factor)
         self._window_s = config.ejection.success_rate_window_s
         self._mme_preferred = config.mme_preferred
         self._ranker = (
@@ -278,6 +372,13 @@ class Route:
         """The hedge delay's state and the hedges' record (fired, won); None when off."""
         return self._hedge_policy
 
+    def level_loads(self) -> dict[int, float]:
+        """Each priority's share of primary picks now (one level: ``{priority: 1.0}``)."""
+        self.refresh_health()
+        if self._levels is None:
+            return {self._targets[0].target.priority: 1.0}
+        return {level.priority: level.load for level in self._levels}
+
     def preferred_targets(self, model: str) -> tuple[TargetState, ...]:
         """The model's rendezvous ranking, best first (health ignored)."""
         if self._ranker is None:
@@ -318,6 +419,8 @@ class Route:
         now = self._clock()
         if now >= self._next_wake:
             self._wake(now)
+        if self._levels is not None:
+            return self._pick_by_priority(model, exclude, reuse_excluded, now)
         if model is not None and self._ranker is not None:
             return self._pick_for_model(model, exclude, reuse_excluded, now)
         if self._probing:
@@ -338,6 +441,16 @@ class Route:
         if count == 1:
             return candidates[0]
         return self._fallback(self._healthy, exclude, reuse_excluded, now)
+
+    def pick_outside(self, exclude: Collection[TargetState]) -> TargetState | None:
+        """A primary pick among the targets outside ``exclude`` (the call cannot go to
+        those): the least loaded of them, whatever its health, when none is up;
+        None when there are none."""
+        state = self.pick(None, exclude)
+        if state is not None:
+            return state
+        rest = [s for s in self._targets if s not in exclude]
+        return _least_cost(rest, self._clock()) if rest else None
 
     def start(self, target: TargetState) -> float:
         """Mark a primary attempt in flight; returns the start time for ``finish``.
@@ -450,6 +563,31 @@ class Route:
         ceiling = min(retry.backoff_max_ms / 1000.0, base * 2.0 ** min(max(attempt, 1), 32))
         return base + self._random() * (ceiling - base)
 
+    # --- Retry-After ---------------------------------------------------------
+
+    def cool_down(self, target: TargetState, seconds: float) -> None:
+        """A throttled answer asked for ``seconds`` of rest: ``target`` is out of picks
+        that long (at most ``retry.max_retry_after_s``), traffic goes elsewhere."""
+        seconds = min(seconds, self._config.retry.max_retry_after_s)
+        if not seconds > 0.0:  # also NaN
+            return
+        now = self._clock()
+        target.cool_down(now + seconds)
+        self._regroup(now)
+
+    def ready_in(self, exclude: Collection[TargetState] = ()) -> float:
+        """Seconds until a retry has a target that is not cooling down: 0.0 when a
+        target outside ``exclude`` takes traffic now, or when no cooldown runs."""
+        now = self._clock()
+        if now >= self._next_wake:
+            self._wake(now)
+        if any(s not in exclude for s in self._healthy):
+            return 0.0
+        if _idle_probe(self._probing, exclude) is not None:
+            return 0.0
+        ends = [s._cool_until for s in self._targets if s._cool_until > now]
+        return min(ends) - now if ends else 0.0
+
     # --- active health checks ---------------------------------------------
 
     def due_for_health_check(self, target: TargetState) -> bool:
@@ -489,12 +627,46 @@ class Route:
 
     # --- internals: picking ------------------------------------------------
 
+    def _pick_by_priority(
+        self,
+        model: str | None,
+        exclude: Collection[TargetState],
+        reuse_excluded: bool,
+        now: float,
+    ) -> TargetState | None:
+        levels = self._levels
+        assert levels is not None
+        if self._probing:
+            probe = _idle_probe(self._probing, exclude)
+            if probe is not None:
+                return probe
+        level = _take_level(levels, exclude)
+        if level is None:
+            # The loaded levels hold only tried targets (a hedge or a retry): the
+            # first level with an untried up target is the fallback.
+            level = next((lv for lv in levels if any(s not in exclude for s in lv.healthy)), None)
+        if level is None:
+            first = next((lv.healthy for lv in levels if lv.healthy), self._healthy)
+            return self._fallback(first, exclude, reuse_excluded, now)
+        if model is not None and self._ranker is not None:
+            return self._pick_for_model(model, exclude, reuse_excluded, now, level.members)
+        candidates = level.candidates(exclude)
+        count = len(candidates)
+        if count > _FULL_SCAN_MAX:
+            return self._power_of_two(candidates, count, now)
+        if count > 1:
+            return _least_cost(candidates, now)
+        if count == 1:
+            return candidates[0]
+        return self._fallback(level.healthy, exclude, reuse_excluded, now)
+
     def _pick_for_model(
         self,
         model: str,
         exclude: Collection[TargetState],
         reuse_excluded: bool,
         now: float,
+        within: Collection[TargetState] | None = None,
     ) -> TargetState | None:
         assert self._ranker is not None
         wanted = self._mme_preferred
@@ -502,9 +674,11 @@ class Route:
         # Walk the ranking: the first `wanted` healthy targets are the model's
         # preferred set; an ejected one is replaced by the next in rank.
         for state in self._ranker.ranking(model):
+            if within is not None and state not in within:
+                continue
             health = state._state
             if health is _HEALTHY:
-                if exclude and state in exclude:
+                if (exclude and state in exclude) or state._cool_until > now:
                     continue
                 chosen.append(state)
                 if len(chosen) >= wanted:
@@ -515,7 +689,11 @@ class Route:
             return _least_cost(chosen, now)
         if chosen:
             return chosen[0]
-        preferred = [s for s in self._ranker.ranking(model) if s._state is _HEALTHY][:wanted]
+        preferred = [
+            s
+            for s in self._ranker.ranking(model)
+            if _up(s, now) and (within is None or s in within)
+        ][:wanted]
         return self._fallback(preferred, exclude, reuse_excluded, now)
 
     def _power_of_two(
@@ -563,20 +741,35 @@ class Route:
             self._eject(target, now)  # the probe failed: out again, for longer
             return
         target.count_failure(now, self._window_s)
-        if target.failing(now, self._config.ejection) and self._out_of_rotation() < self._max_out:
+        if target.failing(now, self._config.ejection) and self._may_eject(target):
             self._eject(target, now)
 
-    def _out_of_rotation(self) -> int:
-        return len(self._targets) - len(self._healthy)
+    def _may_eject(self, target: TargetState) -> bool:
+        """Within ``max_ejected_share`` (per priority level when there are levels), and
+        never the route's last healthy target."""
+        if self._max_out == 0:
+            return False
+        level = self._level_of.get(target)
+        if level is None:
+            return self._out_of_rotation(self._targets) < self._max_out
+        share = self._config.ejection.max_ejected_share
+        cap = min(len(level.members), max(1, int(share * len(level.members))))
+        others_up = any(s._state is _HEALTHY for s in self._targets if s is not target)
+        return others_up and self._out_of_rotation(level.members) < cap
+
+    @staticmethod
+    def _out_of_rotation(targets: Sequence[TargetState]) -> int:
+        # Ejected or probing; a Retry-After cooldown is no ejection.
+        return sum(1 for s in targets if s._state is not _HEALTHY)
 
     def _eject(self, target: TargetState, now: float) -> None:
         target.eject(now, self._config.ejection, self._random())
-        self._regroup()
+        self._regroup(now)
         self._tell(target)
 
     def _readmit(self, target: TargetState, now: float, probe_latency: float | None = None) -> None:
         target.readmit(now, probe_latency)
-        self._regroup()
+        self._regroup(now)
         self._tell(target)
 
     def _tell(self, target: TargetState) -> None:
@@ -595,18 +788,34 @@ class Route:
     def _wake(self, now: float) -> None:
         for state in self._targets:
             state.start_probing_if_due(now)
-        self._regroup()
+        self._regroup(now)
 
-    def _regroup(self) -> None:
+    def _regroup(self, now: float) -> None:
         # Rebuilt on state changes only (rare), so pick can read plain lists.
-        self._healthy = [s for s in self._targets if s._state is _HEALTHY]
-        self._probing = [s for s in self._targets if s._state is _PROBING]
+        targets = self._targets
+        self._healthy = [s for s in targets if _up(s, now)]
+        self._probing = [s for s in targets if s._state is _PROBING]
         if self._classes is not None:
             for weight_class in self._classes:
-                weight_class.regroup()
-        self._next_wake = min(
-            (s._ejected_until for s in self._targets if s._state is _EJECTED), default=math.inf
-        )
+                weight_class.regroup(now)
+        if self._levels is not None:
+            self._regroup_levels(now)
+        wakes = [s._ejected_until for s in targets if s._state is _EJECTED]
+        wakes.extend(s._cool_until for s in targets if s._cool_until > now)
+        self._next_wake = min(wakes, default=math.inf)
+
+    def _regroup_levels(self, now: float) -> None:
+        levels = self._levels
+        assert levels is not None
+        for level in levels:
+            level.regroup(now)
+        _spread(levels, self._config.overprovisioning_factor)
+        # A probe goes out from a level that takes calls or comes before one that
+        # does (it is recovering); a fallback left idle waits until it is needed.
+        loaded = [index for index, level in enumerate(levels) if level.load > 0.0]
+        deepest = loaded[-1] if loaded else len(levels) - 1
+        allowed = {s for level in levels[: deepest + 1] for s in level.members}
+        self._probing = [s for s in self._probing if s in allowed]
 
     # --- internals: hedging ------------------------------------------------
 

@@ -58,6 +58,7 @@ class TargetState:
 
     __slots__ = (
         "_consecutive_failures",
+        "_cool_until",
         "_ejected_until",
         "_ejection_level",
         "_ejections",
@@ -100,6 +101,8 @@ class TargetState:
         self._ejected_until = 0.0
         self._readmitted_at = 0.0
         self._last_check = -math.inf
+        # Clock time a throttle's Retry-After asked this target to be left alone until.
+        self._cool_until = 0.0
 
     @property
     def state(self) -> TargetHealth:
@@ -128,6 +131,15 @@ class TargetState:
     @property
     def consecutive_failures(self) -> int:
         return self._consecutive_failures
+
+    @property
+    def cool_until(self) -> float:
+        """Clock time a throttle's ``Retry-After`` keeps this target out of picks until."""
+        return self._cool_until
+
+    @property
+    def priority(self) -> int:
+        return self.target.priority
 
     # -- updates: the route calls these; nothing else writes the fields -----------
 
@@ -165,6 +177,11 @@ class TargetState:
         if now >= self._window_end:
             self._roll_window(now, window_s)
         self._window_failures += 1
+
+    def cool_down(self, until: float) -> None:
+        """Left out of picks until ``until`` (a later cooldown never shortens one)."""
+        if until > self._cool_until:
+            self._cool_until = until
 
     def clear_failures(self) -> None:
         """A passed active check: the failure streak ends."""
