@@ -43,6 +43,7 @@ __all__ = [
     "error_response",
     "gateway_error_response",
     "new_request_id",
+    "payload_too_large",
     "rest_json_error",
     "runtime_error_response",
 ]
@@ -199,13 +200,17 @@ def runtime_error_response(error: BaseException, service: str) -> Response:
             code, status, error.message, error.request_id, _modeled_members(error), extra
         )
     if isinstance(error, errors.BodyTooLarge):
-        # Both runtimes answer an oversized body so, whether or not their model names it.
-        return _runtime_json_error("PayloadTooLargeException", 413, str(error), None, {}, ())
+        return payload_too_large(str(error))
     code, status, message, fields = _translate(error)
     code, status = _RUNTIME_CODES.get(service, {}).get(code, (code, status))
     if code != "ModelError":
         fields = None  # only InvokeEndpoint's ModelError has those members
     return _runtime_json_error(code, status, message, None, fields or {}, ())
+
+
+def payload_too_large(message: str) -> Response:
+    """Both runtimes answer an oversized body so, whether or not their model names it."""
+    return _runtime_json_error("PayloadTooLargeException", 413, message, None, {}, ())
 
 
 def _modeled_members(error: errors.ServiceError) -> dict[str, object]:
