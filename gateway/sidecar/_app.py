@@ -55,6 +55,7 @@ from gateway.sidecar._errors import (
     gateway_error_response,
     new_request_id,
     runtime_error_response,
+    runtime_refusal,
 )
 from gateway.sidecar._logging import AccessLog
 from gateway.sidecar._metrics import SidecarMetrics
@@ -227,6 +228,8 @@ class SidecarApp:
             operation = _RUNTIME_ACTIONS[prefix].get(action)
             if operation is not None and request.method == "POST":
                 return await self._invocation(request, operation, name)
+            self.metrics.reject("unknown_operation")
+            return runtime_refusal("UnknownOperationException", "Unknown operation", 404)
         self.metrics.reject("unknown_operation")
         return error_response("UnknownOperationException", "Unknown operation", 404)
 
@@ -268,7 +271,8 @@ class SidecarApp:
         self, request: Request, operation: str, name: str
     ) -> Response | StreamingResponse:
         started = time.perf_counter()
-        refused = self._admit(request)
+        runtime = operation in _RUNTIME_OPERATIONS
+        refused = self._admit(request, runtime)
         if refused is not None:
             return refused
         if "%" in name:
@@ -292,17 +296,22 @@ class SidecarApp:
             else:
                 response = await self._runtime(request, operation, name)
         except errors.GatewayError as error:
-            if operation in _RUNTIME_OPERATIONS:
+            if runtime:
                 response = runtime_error_response(error, _RUNTIME_OPERATIONS[operation][0])
             else:
                 response = gateway_error_response(error)
         except _BadRequest as error:
-            code = "ValidationException" if operation in _RUNTIME_OPERATIONS else "ValidationError"
-            response = error_response(code, str(error), 400)
+            if runtime:
+                response = runtime_refusal("ValidationException", str(error), 400)
+            else:
+                response = error_response("ValidationError", str(error), 400)
         except Exception as error:
             # A bug, not a SageMaker answer: say InternalFailure, keep the trace.
             logger.exception("invocation failed unexpectedly", extra={"route": name})
-            response = gateway_error_response(error)
+            if runtime:
+                response = runtime_error_response(error, _RUNTIME_OPERATIONS[operation][0])
+            else:
+                response = gateway_error_response(error)
         finally:
             self.in_flight -= 1
         if busy_poll is not None:
@@ -320,7 +329,7 @@ class SidecarApp:
     async def _openrtb(self, rtb: RtbProxy, request: Request) -> Response:
         """Proxy mode: score, then 204 or the bidder's answer (see ``_rtb``)."""
         started = time.perf_counter()
-        refused = self._admit(request)
+        refused = self._admit(request, False)
         if refused is not None:
             return refused
         busy_poll = self.busy_poll
@@ -347,17 +356,19 @@ class SidecarApp:
         )
         return response
 
-    def _admit(self, request: Request) -> Response | None:
-        """Refuse before any work: in-flight cap, then inbound auth."""
+    def _admit(self, request: Request, runtime: bool) -> Response | None:
+        """Refuse before any work: in-flight cap, then inbound auth (``runtime``: on an
+        inference router or Global Inference Gateway path, in their error shape)."""
+        refuse = runtime_refusal if runtime else error_response
         if self.in_flight >= self._max_in_flight:
             self.metrics.reject("in_flight_cap")
-            return error_response("ThrottlingException", "Rate exceeded", 429)
+            return refuse("ThrottlingException", "Rate exceeded", 429)
         if self._authenticate is not None:
             try:
                 self._authenticate(request)
             except SigV4Rejected as rejected:
                 self.metrics.reject("auth")
-                return error_response(rejected.code, rejected.message, rejected.status)
+                return refuse(rejected.code, rejected.message, rejected.status)
         return None
 
     def _members(

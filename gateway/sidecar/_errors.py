@@ -46,6 +46,7 @@ __all__ = [
     "payload_too_large",
     "rest_json_error",
     "runtime_error_response",
+    "runtime_refusal",
 ]
 
 _ERROR_TYPE_SUFFIX = ":http://internal.amazon.com/coral/com.amazon.sagemaker/"
@@ -206,6 +207,12 @@ def runtime_error_response(error: BaseException, service: str) -> Response:
     if code != "ModelError":
         fields = None  # only InvokeEndpoint's ModelError has those members
     return _runtime_json_error(code, status, message, None, fields or {}, ())
+
+
+def runtime_refusal(code: str, message: str, status: int) -> Response:
+    """An error the sidecar answers itself on an inference router or Global Inference
+    Gateway path (throttling, auth, a bad header): the body's member is ``Message``."""
+    return _runtime_json_error(code, status, message, None, {}, ())
 
 
 def payload_too_large(message: str) -> Response:

@@ -318,7 +318,7 @@ async def test_the_sidecars_own_errors_in_each_runtimes_vocabulary(
     assert late.headers["x-amzn-errortype"].startswith("GatewayTimeoutException:")
     assert unsupported.status_code == 400
     assert unsupported.headers["x-amzn-errortype"].startswith("ValidationException:")
-    assert "x-amzn-sagemaker-target-model" in unsupported.json()["message"]
+    assert "x-amzn-sagemaker-target-model" in unsupported.json()["Message"]
     assert missing.status_code == 400
     assert missing.headers["x-amzn-errortype"].startswith("ValidationException:")
     assert "RoutingTargetName" in missing.json()["Message"]  # the models name it so
