@@ -1,7 +1,11 @@
 """A local keep-alive HTTP stub that answers every POST with a 24-byte JSON body.
 
 It is the fixed point the comparison measures clients against: uvloop plus
-httptools, no SigV4 verification, one write per response. Run it in its own
+httptools, no SigV4 verification, one write per response. Two paths answer
+in their operation's own shape instead: ``.../async-invocations`` a 202 with
+the output and failure locations (InvokeEndpointAsync, InvokeInferenceRouterAsync),
+``.../invocations-response-stream`` the same 24 bytes as two ``PayloadPart``
+events of an ``application/vnd.amazon.eventstream`` body, chunked as AWS sends it. Run it in its own
 process (``start_stub``) so its CPU is not charged to the client under test.
 ``StubServer(tls=make_certificate(directory))`` serves HTTPS instead, with a
 freshly generated self-signed certificate for 127.0.0.1 and localhost.
@@ -24,6 +28,7 @@ from typing import cast
 
 import httptools
 
+from gateway._aws.eventstream import encode_payload_part
 from gateway._server.processes import die_with_parent
 
 BODY = b'{"score": 0.0123456789}\n'
@@ -34,6 +39,44 @@ RESPONSE = (
     b"x-amzn-requestid: 00000000-0000-0000-0000-000000000000\r\n"
     b"content-length: 24\r\n\r\n" + BODY
 )
+# The async operations' answer: where the output and a failure will be written.
+OUTPUT_LOCATION = "s3://bench-bucket/output/00000000.out"
+FAILURE_LOCATION = "s3://bench-bucket/failure/00000000.out"
+_ASYNC_BODY = b'{"InferenceId":"00000000-0000-0000-0000-000000000000"}'
+ASYNC_RESPONSE = (
+    b"HTTP/1.1 202 Accepted\r\ncontent-type: application/json\r\n"
+    b"x-amzn-sagemaker-outputlocation: " + OUTPUT_LOCATION.encode() + b"\r\n"
+    b"x-amzn-sagemaker-failurelocation: " + FAILURE_LOCATION.encode() + b"\r\n"
+    b"x-amzn-requestid: 00000000-0000-0000-0000-000000000000\r\n"
+    b"content-length: %d\r\n\r\n" % len(_ASYNC_BODY) + _ASYNC_BODY
+)
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
+# The stream operations' answer: BODY in two PayloadPart events, one chunk each.
+STREAM_RESPONSE = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: application/vnd.amazon.eventstream\r\n"
+    b"x-amzn-sagemaker-content-type: application/json\r\n"
+    b"x-amzn-requestid: 00000000-0000-0000-0000-000000000000\r\n"
+    b"transfer-encoding: chunked\r\n\r\n"
+    + _chunk(encode_payload_part(BODY[:12]))
+    + _chunk(encode_payload_part(BODY[12:]))
+    + b"0\r\n\r\n"
+)
+
+
+def _response_for(url: bytes) -> bytes:
+    """The answer for a request target: by its last path segment."""
+    if url.endswith(b"/invocations"):
+        return RESPONSE
+    if url.endswith(b"/async-invocations"):
+        return ASYNC_RESPONSE
+    if url.endswith(b"/invocations-response-stream"):
+        return STREAM_RESPONSE
+    return RESPONSE
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,21 +132,22 @@ class _StubProtocol(asyncio.Protocol):
     def on_message_complete(self) -> None:
         assert self._transport is not None
         self._stats["requests"] += 1
+        response = _response_for(self._url)
         latencies = self._latencies
         if latencies:
             # /endpoints/NAME/invocations: the endpoint picks the latency.
             latency = latencies.get(self._url.split(b"/")[2] if self._url.count(b"/") > 2 else b"")
             if latency is not None:
                 asyncio.get_running_loop().call_later(
-                    latency.draw(self._rng), self._answer_later, self._transport
+                    latency.draw(self._rng), self._answer_later, self._transport, response
                 )
                 return
-        self._transport.write(RESPONSE)
+        self._transport.write(response)
 
     @staticmethod
-    def _answer_later(transport: asyncio.Transport) -> None:
+    def _answer_later(transport: asyncio.Transport, response: bytes) -> None:
         if not transport.is_closing():
-            transport.write(RESPONSE)
+            transport.write(response)
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,9 +71,16 @@ CLIENTS = (
     "boto3-router",
     "gateway-global",
     "boto3-global",
+    # Their async and streaming operations: a 202 with the output location, and an
+    # event stream of PayloadPart events read to its end.
+    "gateway-router-async",
+    "boto3-router-async",
+    "gateway-global-stream",
+    "boto3-global-stream",
 )
 ENDPOINT = "bench-endpoint"
 ROUTER, ROUTING_TARGET, GATEWAY_ID = "bench-router", "bench-target", "benchgateway"
+INPUT_LOCATION = "s3://bench-bucket/input/request.csv"
 CHAT = b'{"model":"echo","messages":[{"role":"user","content":"3,14,1042,77,5,811,2"}]}'
 # One headerless CSV row of the RTB model's seven features.
 BODY = b"3,14,1042,77,5,811,2"
@@ -106,7 +113,36 @@ BOTO3_CALLS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "invoke_global_inference_gateway",
         {"GatewayId": GATEWAY_ID, "Body": CHAT, "ContentType": "application/json"},
     ),
+    "boto3-router-async": (
+        "sagemaker-inference-router-runtime",
+        "invoke_inference_router_async",
+        {
+            "InferenceRouterName": ROUTER,
+            "RoutingTargetName": ROUTING_TARGET,
+            "InputLocation": INPUT_LOCATION,
+            "ContentType": CONTENT_TYPE,
+            "Accept": ACCEPT,
+        },
+    ),
+    "boto3-global-stream": (
+        "sagemaker-gateway-runtime",
+        "invoke_global_inference_gateway_with_response_stream",
+        {"GatewayId": GATEWAY_ID, "Body": CHAT, "ContentType": "application/json"},
+    ),
 }
+
+
+def _boto3_answer(response: dict[str, Any]) -> bytes:
+    """What a boto3 call answered, as bytes: the body read to its end, an event
+    stream's PayloadParts joined, or an async call's output location."""
+    body = response.get("Body")
+    if body is None:
+        location: str = response["OutputLocation"]
+        return location.encode()
+    if hasattr(body, "read"):
+        data: bytes = body.read()
+        return data
+    return b"".join(event["PayloadPart"]["Bytes"] for event in body)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +225,9 @@ async def _gateway(
             gw.enable_metrics()
         invoke = gw.invoke
         invoke_router = gw.invoke_router
+        invoke_router_async = gw.invoke_router_async
         invoke_global = gw.invoke_global_gateway
+        invoke_global_stream = gw.invoke_global_gateway_stream
 
         def call(slot: int) -> Awaitable[Any]:
             return invoke(ENDPOINT, BODY, content_type=CONTENT_TYPE, accept=ACCEPT, timeout=1.0)
@@ -207,6 +245,21 @@ async def _gateway(
         def call_global(slot: int) -> Awaitable[Any]:
             return invoke_global(GATEWAY_ID, CHAT, timeout=1.0)
 
+        def call_router_async(slot: int) -> Awaitable[Any]:
+            return invoke_router_async(
+                ROUTER,
+                routing_target=ROUTING_TARGET,
+                input_location=INPUT_LOCATION,
+                content_type=CONTENT_TYPE,
+                accept=ACCEPT,
+                timeout=1.0,
+            )
+
+        async def call_global_stream(slot: int) -> bytes:
+            # A stream is only done once read to its end, as boto3's caller reads it.
+            parts = [part async for part in invoke_global_stream(GATEWAY_ID, CHAT, timeout=1.0)]
+            return b"".join(parts)
+
         def stats() -> dict[str, Any]:
             transport_stats = gw.transport.stats
             return {
@@ -219,15 +272,38 @@ async def _gateway(
             count: int = getattr(gw.transport, "open_connections", lambda: -1)()
             return count
 
-        calls = {"invoke": call, "router": call_router, "global": call_global}
+        calls = {
+            "invoke": call,
+            "router": call_router,
+            "global": call_global,
+            "router_async": call_router_async,
+            "global_stream": call_global_stream,
+        }
         yield (
             calls[operation],
             {
                 "stats": stats,
                 "open_connections": open_connections,
-                "body": lambda result: result.body,
+                "body": _ANSWERS.get(operation, _result_body),
             },
         )
+
+
+def _result_body(result: Any) -> bytes:
+    body: bytes = result.body
+    return body
+
+
+def _output_location(invocation: Any) -> bytes:
+    location: str = invocation.output_location
+    return location.encode()
+
+
+# How each gateway operation's answer is turned into the bytes checked on the first call.
+_ANSWERS: dict[str, Callable[[Any], bytes]] = {
+    "router_async": _output_location,
+    "global_stream": lambda joined: joined,
+}
 
 
 @contextlib.asynccontextmanager
@@ -426,9 +502,7 @@ def _measure_boto3(
     invoke = getattr(client, method)
 
     def call() -> bytes:
-        response = invoke(**params)
-        body: bytes = response["Body"].read()
-        return body
+        return _boto3_answer(invoke(**params))
 
     def concurrent(pool: ThreadPoolExecutor, total: int) -> None:
         counter = itertools.count()
@@ -554,9 +628,12 @@ def child_main(name: str, url: str, cafile: str | None, plan: Plan) -> dict[str,
     if name == "signing":
         return measure_signing(plan.sign_number, plan.sign_repeat)
     from bench._stub import BODY as STUB_BODY
+    from bench._stub import OUTPUT_LOCATION
 
+    # The async operations answer where their output will be, not a body.
+    expected = OUTPUT_LOCATION.encode() if name.endswith("-async") else STUB_BODY
     if name in BOTO3_CALLS:
-        return _measure_boto3(url, cafile, plan, STUB_BODY, name)
+        return _measure_boto3(url, cafile, plan, expected, name)
     import uvloop
 
     factories: dict[
@@ -571,9 +648,11 @@ def child_main(name: str, url: str, cafile: str | None, plan: Plan) -> dict[str,
         "raw-floor+sign": lambda: _raw(url, signed=True, cafile=cafile),
         "gateway-router": lambda: _gateway(url, "native", cafile, operation="router"),
         "gateway-global": lambda: _gateway(url, "native", cafile, operation="global"),
+        "gateway-router-async": lambda: _gateway(url, "native", cafile, operation="router_async"),
+        "gateway-global-stream": lambda: _gateway(url, "native", cafile, operation="global_stream"),
     }
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(_measure_async(factories[name], plan, STUB_BODY))
+        return runner.run(_measure_async(factories[name], plan, expected))
 
 
 # -- parent side ------------------------------------------------------------------
@@ -748,6 +827,14 @@ def ratios(clients: dict[str, dict[str, Any]]) -> dict[str, float | None]:
         "global_vs_native": ratio(cpu("gateway-global"), native),
         "boto3_router_vs_router": ratio(cpu("boto3-router"), cpu("gateway-router")),
         "boto3_global_vs_global": ratio(cpu("boto3-global"), cpu("gateway-global")),
+        "router_async_vs_native": ratio(cpu("gateway-router-async"), native),
+        "global_stream_vs_native": ratio(cpu("gateway-global-stream"), native),
+        "boto3_router_async_vs_router_async": ratio(
+            cpu("boto3-router-async"), cpu("gateway-router-async")
+        ),
+        "boto3_global_stream_vs_global_stream": ratio(
+            cpu("boto3-global-stream"), cpu("gateway-global-stream")
+        ),
     }
 
 
@@ -1050,6 +1137,17 @@ def _render_setup(setup: dict[str, Any]) -> Iterator[str]:
         "- gateway-global (InvokeGlobalInferenceGateway) ÷ gateway-native: "
         f"{_ratio(spread_of['global_vs_native'], 3)}; boto3-global ÷ gateway-global: "
         f"{_ratio(spread_of['boto3_global_vs_global'], 1)}"
+    )
+    yield (
+        "- gateway-router-async (InvokeInferenceRouterAsync, a 202) ÷ gateway-native: "
+        f"{_ratio(spread_of['router_async_vs_native'], 3)}; boto3-router-async ÷ "
+        f"gateway-router-async: {_ratio(spread_of['boto3_router_async_vs_router_async'], 1)}"
+    )
+    yield (
+        "- gateway-global-stream (InvokeGlobalInferenceGatewayWithResponseStream, two "
+        f"PayloadPart events) ÷ gateway-native: {_ratio(spread_of['global_stream_vs_native'], 3)}; "
+        "boto3-global-stream ÷ gateway-global-stream: "
+        f"{_ratio(spread_of['boto3_global_stream_vs_global_stream'], 1)}"
     )
     yield (
         "- gateway-native connections opened once warm: "

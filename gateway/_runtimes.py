@@ -61,6 +61,7 @@ __all__ = [
     "INVOKE_ROUTER_ASYNC",
     "RuntimeCalls",
     "RuntimeStream",
+    "body_limit",
     "redacted",
 ]
 
@@ -130,7 +131,7 @@ class _Op:
         # Places of the required and the sensitive header members in the member tuple.
         self.required = tuple(i for i, m in enumerate(operation.headers) if m.required)
         self.sensitive = tuple(i for i, m in enumerate(operation.headers) if m.name in SENSITIVE)
-        self.limit = _body_limit(operation)
+        self.limit = body_limit(operation)
         # Checked headers after ``host`` by member tuple: a caller sends the same
         # few (a router's routing target), and checking one costs microseconds.
         self._after_host: dict[tuple[object, ...], list[tuple[str, str]]] = {}
@@ -427,7 +428,8 @@ def redacted(error: errors.GatewayError, secrets: tuple[str, ...]) -> errors.Gat
     return error
 
 
-def _body_limit(operation: Operation) -> int:
+def body_limit(operation: Operation) -> int:
+    """The largest body the operation takes: its model's, or SageMaker's 6 MiB."""
     body = operation.by_name.get("Body")
     return (body.max_length if body is not None else None) or 6 * 1024 * 1024
 

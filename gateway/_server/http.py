@@ -30,6 +30,7 @@ from typing import Any, cast
 
 from gateway._server.messages import (
     AbortConnection,
+    BodyLimits,
     Handler,
     HeadCheck,
     Request,
@@ -51,6 +52,7 @@ from gateway._server.writing import _ResponseWriting, logger
 
 __all__ = [
     "AbortConnection",
+    "BodyLimits",
     "Handler",
     "HeadCheck",
     "Request",
@@ -238,6 +240,8 @@ class Server:
         # Told (status, reason) of each request refused by the parser or the
         # limits (400, 408, 413, 431, ...), before its answer is written.
         self.on_reject: Callable[[int, str], None] | None = None
+        # Per-path body limits under limits.max_body_size, and their refusals.
+        self.body_limits: BodyLimits | None = None
         self.server_line = f"server: {limits.server_header}\r\n" if limits.server_header else ""
         self._connections: set[_Connection] = set()
         self._aio_server: asyncio.Server | None = None

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 __all__ = [
     "AbortConnection",
+    "BodyLimits",
     "Handler",
     "HeadCheck",
     "Request",
@@ -120,6 +122,28 @@ Handler = Callable[[Request], Awaitable[Response | StreamingResponse]]
 # Response refuses it there and then (the connection closes after it); None
 # lets it through. For checks the head alone decides, such as authentication.
 HeadCheck = Callable[[Request], Response | None]
+
+
+class BodyLimits(Protocol):
+    """Body limits per request path, at most the server's ``max_body_size``, and the
+    refusal each path answers a body over its limit with.
+
+    Consulted only for a body that may be larger than ``floor`` (a declared
+    length over it, or a chunked one), so the common small request pays nothing.
+    """
+
+    @property
+    def floor(self) -> int:
+        """No path's limit is below this."""
+        ...
+
+    def limit(self, path: str) -> int:
+        """The largest body ``path`` takes."""
+        ...
+
+    def refusal(self, path: str, limit: int) -> Response | None:
+        """The 413 for ``path``; None: the server's plain one."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

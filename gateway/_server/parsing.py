@@ -117,6 +117,7 @@ class _RequestReading:
     __slots__ = (
         "_backlog",
         "_backlog_scheduled",
+        "_body_limit",
         "_body_parts",
         "_body_remaining",
         "_body_size",
@@ -184,6 +185,7 @@ class _RequestReading:
         self._header_pairs: list[tuple[str, str]] = []
         self._body_parts: list[bytes] = []
         self._body_size = 0
+        self._body_limit = self._server.limits.max_body_size  # this request's (see body_limits)
         self._body_remaining = -1  # declared body bytes still to come; -1: not known
         self._expect_continue = False
 
@@ -304,7 +306,11 @@ class _RequestReading:
                 chunked = True
             elif name == "expect" and value.lower() == "100-continue":
                 self._expect_continue = True
-        if declared > self._server.limits.max_body_size:
+        body_limits = self._server.body_limits
+        if body_limits is not None and (chunked or declared > body_limits.floor):
+            # Only a body that may be large pays for the path's own limit.
+            self._body_limit = min(self._body_limit, body_limits.limit(self._path()))
+        if declared > self._body_limit:
             # Refused before a byte of it is read; the lingering close lets
             # a client that is still sending read the answer.
             raise _StopParsing(self._too_large())
@@ -331,7 +337,7 @@ class _RequestReading:
         if self._body_remaining > 0:
             self._body_remaining -= len(body)
         self._body_size += len(body)
-        if self._body_size > self._server.limits.max_body_size:
+        if self._body_size > self._body_limit:
             raise _StopParsing(self._too_large())
         self._body_parts.append(body)
 
@@ -346,8 +352,14 @@ class _RequestReading:
         self._completed_in_feed = True
 
     def _too_large(self) -> _Reject:
-        limit = self._server.limits.max_body_size
-        return _Reject(413, f"HTTP content length exceeded {limit} bytes.", linger=True)
+        limit = self._body_limit
+        body_limits = self._server.body_limits
+        refusal = body_limits.refusal(self._path(), limit) if body_limits is not None else None
+        return _Reject(413, f"HTTP content length exceeded {limit} bytes.", refusal, linger=True)
+
+    def _path(self) -> str:
+        """The current request's path (its target without the query)."""
+        return b"".join(self._url_parts).decode("latin-1").partition("?")[0]
 
     # request queue ---------------------------------------------------------
 

@@ -77,6 +77,12 @@ def own_error(code: str, message: str) -> WireError:
 
 
 def _validation(message: str) -> WireError:
+    # The model's documentation says a bad body (not one JSON object, a repeated
+    # "model" with different values) gets "a 400 validation error" and names no shape;
+    # the operation lists none either. ValidationException is the name AWS's
+    # rest-json services give a 400 of that kind: unmodeled here, so botocore raises a
+    # plain ClientError with that code, status 400 and this Message, as it would for
+    # AWS's own answer, whatever code AWS then names.
     return WireError(400, "ValidationException", OWN + message)
 
 
@@ -281,6 +287,10 @@ class GlobalGatewayService:
 
 
 def _check_content_type(content_type: str | None) -> None:
+    # The ContentType member's documentation: other content types than application/json
+    # (parameters allowed) are rejected "with a 415 error"; no shape is named or modeled.
+    # UnsupportedMediaTypeException is the usual name of a 415; unmodeled, botocore raises
+    # a plain ClientError with that code, status 415 and the Message (no retry: a 4xx).
     media = (content_type or "").split(";", 1)[0].strip().lower()
     if media != "application/json":
         raise WireError(

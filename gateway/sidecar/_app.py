@@ -55,6 +55,7 @@ from gateway.sidecar._errors import (
     gateway_error_response,
     new_request_id,
     runtime_error_response,
+    runtime_refusal,
 )
 from gateway.sidecar._logging import AccessLog
 from gateway.sidecar._metrics import SidecarMetrics
@@ -227,6 +228,8 @@ class SidecarApp:
             operation = _RUNTIME_ACTIONS[prefix].get(action)
             if operation is not None and request.method == "POST":
                 return await self._invocation(request, operation, name)
+            self.metrics.reject("unknown_operation")
+            return runtime_refusal("UnknownOperationException", "Unknown operation", 404)
         self.metrics.reject("unknown_operation")
         return error_response("UnknownOperationException", "Unknown operation", 404)
 
@@ -268,7 +271,7 @@ class SidecarApp:
         self, request: Request, operation: str, name: str
     ) -> Response | StreamingResponse:
         started = time.perf_counter()
-        refused = self._admit(request)
+        refused = self._admit(request, operation)
         if refused is not None:
             return refused
         if "%" in name:
@@ -292,17 +295,14 @@ class SidecarApp:
             else:
                 response = await self._runtime(request, operation, name)
         except errors.GatewayError as error:
-            if operation in _RUNTIME_OPERATIONS:
-                response = runtime_error_response(error, _RUNTIME_OPERATIONS[operation][0])
-            else:
-                response = gateway_error_response(error)
+            response = _error_answer(error, operation)
         except _BadRequest as error:
             code = "ValidationException" if operation in _RUNTIME_OPERATIONS else "ValidationError"
-            response = error_response(code, str(error), 400)
+            response = _refusal(operation, code, str(error), 400)
         except Exception as error:
             # A bug, not a SageMaker answer: say InternalFailure, keep the trace.
             logger.exception("invocation failed unexpectedly", extra={"route": name})
-            response = gateway_error_response(error)
+            response = _error_answer(error, operation)
         finally:
             self.in_flight -= 1
         if busy_poll is not None:
@@ -320,7 +320,7 @@ class SidecarApp:
     async def _openrtb(self, rtb: RtbProxy, request: Request) -> Response:
         """Proxy mode: score, then 204 or the bidder's answer (see ``_rtb``)."""
         started = time.perf_counter()
-        refused = self._admit(request)
+        refused = self._admit(request, "openrtb")
         if refused is not None:
             return refused
         busy_poll = self.busy_poll
@@ -347,17 +347,18 @@ class SidecarApp:
         )
         return response
 
-    def _admit(self, request: Request) -> Response | None:
-        """Refuse before any work: in-flight cap, then inbound auth."""
+    def _admit(self, request: Request, operation: str) -> Response | None:
+        """Refuse before any work: in-flight cap, then inbound auth (in the error shape
+        of ``operation``'s service)."""
         if self.in_flight >= self._max_in_flight:
             self.metrics.reject("in_flight_cap")
-            return error_response("ThrottlingException", "Rate exceeded", 429)
+            return _refusal(operation, "ThrottlingException", "Rate exceeded", 429)
         if self._authenticate is not None:
             try:
                 self._authenticate(request)
             except SigV4Rejected as rejected:
                 self.metrics.reject("auth")
-                return error_response(rejected.code, rejected.message, rejected.status)
+                return _refusal(operation, rejected.code, rejected.message, rejected.status)
         return None
 
     def _members(
@@ -495,6 +496,21 @@ class SidecarApp:
             if unhealthy:
                 return Response(503, (_JSON,), orjson.dumps({"unhealthy_routes": unhealthy}))
         return Response(200, (_JSON,), b'{"status":"ok"}')
+
+
+def _refusal(operation: str, code: str, message: str, status: int) -> Response:
+    """The sidecar's own refusal of a call, in its service's shape (the new runtimes
+    name the message ``Message``)."""
+    if operation in _RUNTIME_OPERATIONS:
+        return runtime_refusal(code, message, status)
+    return error_response(code, message, status)
+
+
+def _error_answer(error: BaseException, operation: str) -> Response:
+    """The answer for an error of a call: in its runtime's vocabulary, else SageMaker's."""
+    if operation in _RUNTIME_OPERATIONS:
+        return runtime_error_response(error, _RUNTIME_OPERATIONS[operation][0])
+    return gateway_error_response(error)
 
 
 def _configured_routes(gateway: Gateway) -> list[str] | None:

@@ -85,7 +85,10 @@ class SidecarConfig:
     idle_timeout_s: float = setting(default=60.0, ge=0.001)
     # A client that reads none of its answers for this long is disconnected.
     write_timeout_s: float = setting(default=30.0, ge=0.001)
-    max_body_bytes: int = setting(default=6 * _MIB, ge=1)
+    # A cap over every path's body limit (each operation's own: SageMaker Runtime's
+    # and an inference router's 6 MiB, a Global Inference Gateway's 10 MiB);
+    # None: those alone, and 6 MiB on other paths (OpenRTB).
+    max_body_bytes: int | None = setting(default=None, ge=1)
     # Per-call deadline when the client sends no x-gateway-timeout-ms header;
     # None: the Gateway's own default.
     default_timeout_ms: float | None = setting(default=None, ge=1)

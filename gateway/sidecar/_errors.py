@@ -43,8 +43,10 @@ __all__ = [
     "error_response",
     "gateway_error_response",
     "new_request_id",
+    "payload_too_large",
     "rest_json_error",
     "runtime_error_response",
+    "runtime_refusal",
 ]
 
 _ERROR_TYPE_SUFFIX = ":http://internal.amazon.com/coral/com.amazon.sagemaker/"
@@ -199,13 +201,23 @@ def runtime_error_response(error: BaseException, service: str) -> Response:
             code, status, error.message, error.request_id, _modeled_members(error), extra
         )
     if isinstance(error, errors.BodyTooLarge):
-        # Both runtimes answer an oversized body so, whether or not their model names it.
-        return _runtime_json_error("PayloadTooLargeException", 413, str(error), None, {}, ())
+        return payload_too_large(str(error))
     code, status, message, fields = _translate(error)
     code, status = _RUNTIME_CODES.get(service, {}).get(code, (code, status))
     if code != "ModelError":
         fields = None  # only InvokeEndpoint's ModelError has those members
     return _runtime_json_error(code, status, message, None, fields or {}, ())
+
+
+def runtime_refusal(code: str, message: str, status: int) -> Response:
+    """An error the sidecar answers itself on an inference router or Global Inference
+    Gateway path (throttling, auth, a bad header): the body's member is ``Message``."""
+    return _runtime_json_error(code, status, message, None, {}, ())
+
+
+def payload_too_large(message: str) -> Response:
+    """Both runtimes answer an oversized body so, whether or not their model names it."""
+    return _runtime_json_error("PayloadTooLargeException", 413, message, None, {}, ())
 
 
 def _modeled_members(error: errors.ServiceError) -> dict[str, object]:

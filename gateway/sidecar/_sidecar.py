@@ -42,6 +42,7 @@ from gateway.sidecar._app import SidecarApp
 from gateway.sidecar._auth import Authenticator, make_authenticator
 from gateway.sidecar._config import SidecarConfig
 from gateway.sidecar._errors import error_response
+from gateway.sidecar._limits import OperationBodyLimits
 from gateway.sidecar._logging import configure_logging
 from gateway.sidecar._rtb import RtbConfig, RtbProxy
 from gateway.sidecar._workers import (
@@ -107,6 +108,7 @@ class Sidecar:
         self.rtb = RtbProxy(self.gateway, rtb) if rtb is not None else None
         authenticate = make_authenticator(config.auth, self.gateway.config.region)
         self.app = SidecarApp(self.gateway, config, authenticate, self.rtb)
+        self.body_limits = OperationBodyLimits(config.max_body_bytes)
         self._server: Server | None = None
         self._admin: Server | None = None
         # Set by the command on SIGTERM (see the property).
@@ -152,8 +154,8 @@ class Sidecar:
     def limits(self) -> ServerLimits:
         config = self.config
         return ServerLimits(
-            max_body_size=config.max_body_bytes,
-            max_discard_size=max(16 * 1024 * 1024, 2 * config.max_body_bytes),
+            max_body_size=self.body_limits.largest,
+            max_discard_size=max(16 * 1024 * 1024, 2 * self.body_limits.largest),
             header_timeout=config.header_timeout_s,
             body_timeout=config.body_timeout_s,
             keepalive_timeout=config.idle_timeout_s,
@@ -171,6 +173,7 @@ class Sidecar:
             self._server = await self._listen(self._host, self._requested_port, self.handle)
             self._server.draining = self._draining
             self._server.on_reject = self._refused_by_server
+            self._server.body_limits = self.body_limits
             admin = self.config.admin_address(self._host, self._requested_port)
             if admin is not None:
                 self._admin = await self._listen(*admin, self.handle_admin)

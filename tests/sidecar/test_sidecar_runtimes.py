@@ -262,6 +262,52 @@ async def test_global_gateway_errors(
     )
 
 
+def _unmodeled_refusal(**params: Any) -> Callable[[Any], Any]:
+    """An InvokeGlobalInferenceGateway call with ``params`` changed: what botocore raised."""
+
+    def run(client: Any) -> Any:
+        call = {"GatewayId": "gw1", "Body": json.dumps(CHAT).encode()}
+        call["ContentType"] = "application/json"
+        try:
+            client.invoke_global_inference_gateway(**{**call, **params})
+        except ClientError as error:
+            response = error.response
+            return {
+                "Class": type(error),
+                "Error": response["Error"],
+                "Status": response["ResponseMetadata"]["HTTPStatusCode"],
+                "TopLevel": sorted(k for k in response if k not in ("Error", "ResponseMetadata")),
+            }
+        raise AssertionError("served")
+
+    return run
+
+
+@pytest.mark.parametrize(
+    ("params", "status", "code"),
+    [
+        ({"ContentType": "text/plain"}, 415, "UnsupportedMediaTypeException"),
+        ({"Body": b"[1, 2]"}, 400, "ValidationException"),
+    ],
+)
+async def test_global_gateway_documented_but_unmodeled_errors_are_plain_client_errors(
+    stack: tuple[Emulator, Sidecar],
+    boto_client: ClientFactory,
+    params: dict[str, Any],
+    status: int,
+    code: str,
+) -> None:
+    # The docs give a bad content type a 415 and a bad body a 400, naming no shape:
+    # boto3 raises ClientError itself (no modeled class), with the status and Message.
+    call = _unmodeled_refusal(**params)
+    direct, relayed = await both(stack, boto_client, GATEWAY_RUNTIME, call)
+    assert relayed == direct
+    assert relayed["Class"] is ClientError
+    assert (relayed["Status"], relayed["Error"]["Code"]) == (status, code)
+    assert relayed["Error"]["Message"].startswith("Global Inference Gateway: ")
+    assert relayed["TopLevel"] == []
+
+
 async def test_global_gateway_resource_not_found(
     stack: tuple[Emulator, Sidecar], boto_client: ClientFactory
 ) -> None:
@@ -318,7 +364,7 @@ async def test_the_sidecars_own_errors_in_each_runtimes_vocabulary(
     assert late.headers["x-amzn-errortype"].startswith("GatewayTimeoutException:")
     assert unsupported.status_code == 400
     assert unsupported.headers["x-amzn-errortype"].startswith("ValidationException:")
-    assert "x-amzn-sagemaker-target-model" in unsupported.json()["message"]
+    assert "x-amzn-sagemaker-target-model" in unsupported.json()["Message"]
     assert missing.status_code == 400
     assert missing.headers["x-amzn-errortype"].startswith("ValidationException:")
     assert "RoutingTargetName" in missing.json()["Message"]  # the models name it so
