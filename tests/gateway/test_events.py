@@ -166,6 +166,27 @@ async def test_unconfigured_names_fold_into_one_label_and_spend_nothing(
     assert pairs - {(UNCONFIGURED, UNCONFIGURED)} <= {("pair", "a"), ("pair", "b")}
 
 
+def test_unconfigured_pairs_are_remembered_within_a_bound_of_their_own() -> None:
+    """A bare endpoint name is not folded again on every attempt, and no number of junk
+    names keeps a configured pair from being remembered (or grows the memo unbounded)."""
+    metrics = GatewayMetrics(label_cap=2, routes={"pair": ["a", "b"]})
+
+    def attempt(route: str, target: str) -> None:
+        metrics(AttemptFinished(route, target, target, "primary", "won", 0.01, None))
+
+    for index in range(50):
+        attempt(f"junk-{index}", "t")
+    attempt("bare", "bare")
+    attempt("pair", "a")
+    attempt("pair", "a")
+    remembered = metrics._by_name
+    assert remembered[("pair", "a")] is metrics.targets[("pair", "a")]
+    assert ("bare", "bare") not in remembered  # past the unconfigured bound: folded each time
+    assert len(remembered) == 4 * 2 + 1
+    assert metrics.targets[(UNCONFIGURED, UNCONFIGURED)].attempts[("primary", "won")] == 51
+    assert metrics.targets[("pair", "a")].attempts[("primary", "won")] == 2
+
+
 async def test_without_configured_routes_labels_beyond_the_cap_fold_into_other(
     emulator: Emulator,
 ) -> None:
