@@ -313,7 +313,12 @@ class GatewayMetrics:
     def _call(self, event: CallFinished) -> None:
         if event.operation != INVOKE_ENDPOINT:
             return  # calls_total and its histogram count Gateway.invoke, as documented
-        route = self.route_label(event.route)
+        # route_label, inlined: this runs on every call.
+        route, configured = event.route, self.configured
+        if configured is None:
+            route = self._routes(route)
+        elif route not in configured:
+            route = UNCONFIGURED
         calls = self.calls
         calls[route] = calls.get(route, 0) + 1
         histogram = self.call_latency.get(route)
