@@ -56,7 +56,7 @@ from gateway._gateway_config import (
 from gateway._http.interfaces import Transport
 from gateway._http.message import Origin
 from gateway._metrics import DEFAULT_LABEL_CAP, GatewayMetrics
-from gateway._prometheus import route_and_cache_families
+from gateway._prometheus import gateway_collector, gateway_metrics
 from gateway._runtimes import (
     GATEWAY_RUNTIME,
     INFERENCE_ROUTER_RUNTIME,
@@ -67,7 +67,7 @@ from gateway._runtimes import (
 )
 from gateway._streaming import InvokeStream, payload_parts
 from gateway._target_plans import TargetPlan, TargetPlanner
-from gateway._tracing import TracingHook, gateway_tracer
+from gateway._tracing import tracing_hook
 from gateway.cache import CacheConfig, PredictionCache
 from gateway.routing import (
     Route,
@@ -230,7 +230,9 @@ class Gateway:
         if self._cache is not None:
             self._cache.observe_circuit(self._circuit_changed)
             await self._cache.start()
-        self._start_tracing(region)
+        tracing = tracing_hook(self.hooks, region)
+        if tracing is not None:
+            self.add_hook(tracing)
         checked = [r for r in self._router.routes.values() if r.config.health_check.enabled]
         if checked:
             self._health_task = asyncio.get_running_loop().create_task(
@@ -489,14 +491,6 @@ class Gateway:
     def hooks(self) -> tuple[Hook, ...]:
         return self._instrumentation.hooks
 
-    def _start_tracing(self, region: str | None) -> None:
-        """Trace calls when OpenTelemetry is installed and a tracer provider is set."""
-        if any(isinstance(hook, TracingHook) for hook in self.hooks):
-            return
-        tracer = gateway_tracer()
-        if tracer is not None:
-            self.add_hook(TracingHook(tracer, region))
-
     def _set_emit(self, emit: Emit | None) -> None:
         self._emit = emit
         self._invoker.emit = emit
@@ -511,8 +505,7 @@ class Gateway:
         ``unconfigured``.
         """
         if self._metrics is None:
-            routes = {name: [t.key for t in r.targets] for name, r in self._router.routes.items()}
-            self._metrics = GatewayMetrics(label_cap, routes, cache=self._cache is not None)
+            self._metrics = gateway_metrics(self._router, self._cache, label_cap)
             self.add_hook(self._metrics)
         return self._metrics
 
@@ -523,9 +516,7 @@ class Gateway:
 
     def prometheus_collector(self) -> Any:
         """A ``prometheus_client`` collector of the gateway's own metrics (enables them)."""
-        return self.enable_metrics().collector(
-            functools.partial(route_and_cache_families, self._router, self._cache)
-        )
+        return gateway_collector(self.enable_metrics(), self._router, self._cache)
 
     # State changes are rare: always logged (rate-limited), then streamed.
 
