@@ -27,7 +27,6 @@ from gateway import errors
 from gateway._api import (
     AsyncInvocation,
     InvokeResult,
-    check_endpoint_name,
     check_header_value,
 )
 from gateway._aws.sigv4 import Credentials
@@ -66,7 +65,7 @@ from gateway._runtimes import (
     RuntimeStream,
 )
 from gateway._streaming import InvokeStream, payload_parts
-from gateway._target_plans import TargetPlan, TargetPlanner
+from gateway._target_plans import TargetPlanner
 from gateway._tracing import tracing_hook
 from gateway.cache import CacheConfig, PredictionCache
 from gateway.routing import (
@@ -535,20 +534,6 @@ class Gateway:
         self._state_changed(circuit_event(state))
 
     # -- internals -----------------------------------------------------------
-
-    def _pick_single(self, endpoint: str) -> tuple[Route, TargetState, TargetPlan]:
-        if not self._started:
-            raise errors.GatewayError("the gateway is not started: use 'async with Gateway(...)'")
-        route = self._resolve(endpoint)
-        return (route, *self._invoker.single(route))
-
-    def _resolve(self, endpoint: str) -> Route:
-        try:
-            return self._router.resolve(endpoint)
-        except errors.ConfigError:
-            # Only a bad name gets here (a default route for it failed to build).
-            check_endpoint_name(endpoint)
-            raise
 
     def _caller_agent(self, caller: str) -> str | None:
         """``caller``'s user agent (its first 512 characters) with the gateway's appended.

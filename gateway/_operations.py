@@ -26,6 +26,7 @@ from gateway._api import (
     AsyncInvocation,
     InvokeResult,
     async_invocation_from_response,
+    check_endpoint_name,
     payload_bytes,
     request_headers,
 )
@@ -39,6 +40,8 @@ from gateway._events import (
     Emit,
 )
 from gateway._streaming import InvokeStream, OpenedStream
+from gateway._target_plans import TargetPlan
+from gateway.routing import Route, TargetState
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -90,7 +93,7 @@ async def invoke_members(
     """
     if not gateway._started:
         raise errors.GatewayError("the gateway is not started: use 'async with Gateway(...)'")
-    route = gateway._resolve(endpoint)
+    route = _resolve(gateway, endpoint)
     if timeout is None:
         timeout = route.timeout_s or gateway._default_timeout
     else:
@@ -168,7 +171,7 @@ async def open_stream(
     user_agent: str | None,
 ) -> OpenedStream:
     """InvokeEndpointWithResponseStream up to its response head (the stream's first step)."""
-    route, state, plan = gateway._pick_single(endpoint)
+    route, state, plan = _pick_single(gateway, endpoint)
     emit = gateway._emit
     if emit is not None:
         emit(CallStarted(route.name, None, INVOKE_ENDPOINT_STREAM))
@@ -221,7 +224,7 @@ async def invoke_async_members(
     payload = (
         b"" if body is None else payload_bytes(body, MAX_ASYNC_BODY_BYTES, "InvokeEndpointAsync")
     )
-    route, state, plan = gateway._pick_single(endpoint)
+    route, state, plan = _pick_single(gateway, endpoint)
     if timeout is None:
         timeout = route.timeout_s or gateway._default_timeout
     else:
@@ -267,6 +270,22 @@ async def invoke_async_members(
         )
     )
     return answer
+
+
+def _pick_single(gateway: Gateway, endpoint: str) -> tuple[Route, TargetState, TargetPlan]:
+    if not gateway._started:
+        raise errors.GatewayError("the gateway is not started: use 'async with Gateway(...)'")
+    route = _resolve(gateway, endpoint)
+    return (route, *gateway._invoker.single(route))
+
+
+def _resolve(gateway: Gateway, endpoint: str) -> Route:
+    try:
+        return gateway._router.resolve(endpoint)
+    except errors.ConfigError:
+        # Only a bad name gets here (a default route for it failed to build).
+        check_endpoint_name(endpoint)
+        raise
 
 
 def _finish_observed(
