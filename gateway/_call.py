@@ -678,6 +678,8 @@ async def observed_call(
         raise
     if cached:
         emit(CacheLookup(route, result.cache or "miss"))
+    # Not read for a lone hook that never reads it (the metrics hook, see Hook).
+    request_id = result.request_id if getattr(emit, "reads_request_id", True) else None
     emit(
         new_event(
             CallFinished,
@@ -691,7 +693,7 @@ async def observed_call(
                 result.cache,
                 None,
                 INVOKE_ENDPOINT,
-                result.request_id,
+                request_id,
             ),
         )
     )

@@ -192,6 +192,8 @@ class GatewayMetrics:
 
     # Dict and list updates only: called without the guard wrapper (see Hook).
     never_raises: ClassVar[bool] = True
+    # No counter is labelled by request id: alone, it spares every call reading one (see Hook).
+    reads_request_id: ClassVar[bool] = False
 
     def __init__(
         self,

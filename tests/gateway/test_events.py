@@ -86,6 +86,29 @@ async def test_a_plain_call_emits_start_one_won_primary_attempt_and_finish(
     assert (finished.endpoint, finished.attempts, finished.error_code) == ("a", 1, None)
 
 
+class IdBlindRecorder(Recorder):
+    """A hook that says it never reads CallFinished.request_id."""
+
+    reads_request_id = False
+
+
+async def test_call_finished_carries_the_request_id_for_any_hook_that_may_read_it(
+    emulator: Emulator,
+) -> None:
+    recorder, blind = Recorder(), IdBlindRecorder()
+    async with _gateway(emulator, hooks=[recorder]) as gw:
+        answer = await gw.invoke("a", b"x", timeout=2)
+        gw.enable_metrics()  # beside another hook: the id is still read
+        await gw.invoke("a", b"x", timeout=2)
+    assert answer.request_id
+    ids = [event.request_id for event in recorder.of(CallFinished)]
+    assert len(ids) == 2 and all(ids) and ids[0] == answer.request_id
+    async with _gateway(emulator, hooks=[blind]) as gw:
+        await gw.invoke("a", b"x", timeout=2)
+    # Alone, a hook that never reads it spares the call finding it.
+    assert [event.request_id for event in blind.of(CallFinished)] == [None]
+
+
 async def test_without_a_hook_nothing_is_emitted_and_metrics_start_when_asked(
     emulator: Emulator,
 ) -> None:
