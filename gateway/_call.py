@@ -140,7 +140,8 @@ def prepared(
         after_host = [*after_host, (_TARGET_VARIANT, plan.variant)]
     if plan.routing_target is not None:
         after_host = plan.routed_headers(operation, after_host)
-    path, prefix = plan.path_of(operation)
+    # path_of's lookup inlined: every request is built here.
+    path, prefix = plan.paths.get(operation.name) or plan.path_of(operation)
     return request_for(
         plan.origin, path, prefix, plan.signer, before_host, after_host, body, payload_hash
     )
