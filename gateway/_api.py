@@ -465,6 +465,8 @@ _FIELD_NAMES = (
 _NO_FIELDS = (None,) * len(_FIELD_NAMES)
 _REQUEST_ID: Final = b"x-amzn-requestid"
 _FOLD_STARTS: Final = (32, 9)  # space, tab: a line starting with one continues the last
+# The start of a request id's header line in a lower-cased head (never the status line).
+_REQUEST_ID_LINE: Final = b"\n" + _REQUEST_ID + b":"
 
 
 class InvokeResult:
@@ -553,6 +555,11 @@ class InvokeResult:
 
     @property
     def request_id(self) -> str | None:
+        raw = self._raw
+        if self._fields is None and raw is not None:
+            # Every call's CallFinished event reads it: found by searching the
+            # head, not by decoding every field (which a relay never needs).
+            return _request_id_of(raw)
         return self._field("request_id")
 
     @property
@@ -636,6 +643,22 @@ class InvokeResult:
             )
         )
         return f"InvokeResult({parts})"
+
+
+def _request_id_of(raw: bytes) -> str | None:
+    """The request id of a raw response head, as decoding every field reads it (the last wins)."""
+    start = raw.lower().rfind(_REQUEST_ID_LINE)
+    if start < 0:
+        return None
+    start += len(_REQUEST_ID_LINE)
+    end = raw.find(b"\n", start)
+    if end < 0:
+        end = len(raw)
+    elif end + 1 < len(raw) and raw[end + 1] in _FOLD_STARTS:
+        # Continued on the next line (obs-fold): split the head as the fields do.
+        values = [value for name, value in split_head(raw) if name.lower() == _REQUEST_ID]
+        return values[-1].decode("latin-1")
+    return raw[start:end].strip().decode("latin-1")
 
 
 def result_from_response(response: RawResponse, target: str | None) -> InvokeResult:

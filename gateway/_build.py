@@ -18,6 +18,7 @@ __all__ = ["HOT_PATH", "build_kind", "compiled_modules", "stale_modules"]
 # The modules every Gateway.invoke (or sidecar request) runs through, as setup.py paths.
 HOT_PATH = (
     "gateway/_client.py",
+    "gateway/_operations.py",
     "gateway/_cached.py",
     "gateway/_credentials.py",
     "gateway/_metrics.py",

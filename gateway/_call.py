@@ -143,7 +143,8 @@ def prepared(
         after_host = [*after_host, (_TARGET_VARIANT, plan.variant)]
     if plan.routing_target is not None:
         after_host = plan.routed_headers(operation, after_host)
-    path, prefix = plan.path_of(operation)
+    # path_of's lookup inlined: every request is built here.
+    path, prefix = plan.paths.get(operation.name) or plan.path_of(operation)
     return request_for(
         plan.origin, path, prefix, plan.signer, before_host, after_host, body, payload_hash
     )
@@ -718,6 +719,8 @@ async def observed_call(
     reason = resource = None
     if routed and result.cache is None:
         reason, resource = routing_labels(result.routing_reason, result.routed_resource_arn)
+    # Not read for a lone hook that never reads it (the metrics hook, see Hook).
+    request_id = result.request_id if getattr(emit, "reads_request_id", True) else None
     emit(
         new_event(
             CallFinished,
@@ -731,7 +734,7 @@ async def observed_call(
                 result.cache,
                 None,
                 INVOKE_ENDPOINT,
-                result.request_id,
+                request_id,
                 reason,
                 resource,
             ),

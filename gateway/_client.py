@@ -14,43 +14,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import math
 import os
-import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from mypy_extensions import mypyc_attr
 
+from gateway import _operations as operations
 from gateway import errors
 from gateway._api import (
-    INVOKE,
-    INVOKE_ASYNC,
-    INVOKE_STREAM,
-    MAX_ASYNC_BODY_BYTES,
     AsyncInvocation,
     InvokeResult,
-    Operation,
-    async_invocation_from_response,
-    check_endpoint_name,
     check_header_value,
-    payload_bytes,
-    request_headers,
 )
 from gateway._aws.sigv4 import Credentials
-from gateway._cached import CachedCalls, KeyFields, KeyLayout
-from gateway._call import Invoker, call_failed, emit_cached_call, observed_call, prepared
+from gateway._cached import CachedCalls
+from gateway._call import Invoker
 from gateway._config import GatewayConfig, PoolConfig
 from gateway._config_env import apply_environment, explain
 from gateway._config_reader import load_toml
 from gateway._credentials import CredentialSource
 from gateway._events import (
-    INVOKE_ENDPOINT_ASYNC,
-    INVOKE_ENDPOINT_STREAM,
-    CallFinished,
-    CallStarted,
     Emit,
     Event,
     Hook,
@@ -69,7 +55,7 @@ from gateway._gateway_config import (
 from gateway._http.interfaces import Transport
 from gateway._http.message import Origin
 from gateway._metrics import DEFAULT_LABEL_CAP, GatewayMetrics
-from gateway._prometheus import route_and_cache_families
+from gateway._prometheus import gateway_collector, gateway_metrics
 from gateway._runtimes import (
     GATEWAY_RUNTIME,
     INFERENCE_ROUTER_RUNTIME,
@@ -78,9 +64,9 @@ from gateway._runtimes import (
     RuntimeCalls,
     RuntimeStream,
 )
-from gateway._streaming import InvokeStream, OpenedStream, payload_parts
-from gateway._target_plans import TargetPlan, TargetPlanner
-from gateway._tracing import TracingHook, gateway_tracer
+from gateway._streaming import InvokeStream, payload_parts
+from gateway._target_plans import TargetPlanner
+from gateway._tracing import tracing_hook
 from gateway.cache import CacheConfig, PredictionCache
 from gateway.routing import (
     Route,
@@ -98,32 +84,9 @@ __all__ = ["Gateway", "InvokeStream"]
 # Generous upper bound for a call with no timeout: SageMaker's own 60 s
 # container limit plus transfer time.
 _NO_TIMEOUT_S = 70.0
-# Places in the member tuples that the call itself reads.
-_MODEL: Final = INVOKE.index("TargetModel")
-_SESSION: Final = INVOKE.index("SessionId")
-_VARIANT: Final = INVOKE.index("TargetVariant")
-_STREAM_VARIANT: Final = INVOKE_STREAM.index("TargetVariant")
-_INVOKE_KEY: Final = KeyLayout(INVOKE)
 # A caller's user agent is cut to this many characters before ours is appended.
 _MAX_CALLER_AGENT = 512
 _MAX_REMEMBERED_AGENTS = 64
-# A member tuple -> its request headers and cache-key fields: one lookup per call,
-# as most calls repeat a few shapes (a call with an InferenceId is not remembered).
-_InvokeShape = tuple[tuple[tuple[str, str], ...], list[tuple[str, str]], KeyFields]
-_INVOKE_SHAPES: Final[dict[tuple[object, ...], _InvokeShape]] = {}
-_MAX_SHAPES = 4096
-
-
-def _invoke_shape(members: tuple[object, ...]) -> _InvokeShape:
-    before_host, after_host = request_headers(INVOKE, members)
-    shape = (before_host, after_host, _INVOKE_KEY.fields(members))
-    for index in INVOKE.per_call:
-        if members[index] is not None:
-            return shape
-    if len(_INVOKE_SHAPES) >= _MAX_SHAPES:
-        _INVOKE_SHAPES.clear()
-    _INVOKE_SHAPES[members] = shape
-    return shape
 
 
 # Users (and tests) subclass Gateway; mypyc compiles this module, and a
@@ -266,7 +229,9 @@ class Gateway:
         if self._cache is not None:
             self._cache.observe_circuit(self._circuit_changed)
             await self._cache.start()
-        self._start_tracing(region)
+        tracing = tracing_hook(self.hooks, region)
+        if tracing is not None:
+            self.add_hook(tracing)
         checked = [r for r in self._router.routes.values() if r.config.health_check.enabled]
         if checked:
             self._health_task = asyncio.get_running_loop().create_task(
@@ -334,9 +299,11 @@ class Gateway:
             target_model,
             target_variant,
         )
-        return self.invoke_members(endpoint, body, members, timeout, cache, cache_ttl, user_agent)
+        return operations.invoke_members(
+            self, endpoint, body, members, timeout, cache, cache_ttl, user_agent
+        )
 
-    async def invoke_members(
+    def invoke_members(
         self,
         endpoint: str,
         body: Buffer,
@@ -345,83 +312,16 @@ class Gateway:
         cache: bool | None = None,
         cache_ttl: float | None = None,
         user_agent: str | None = None,
-    ) -> InvokeResult:
+    ) -> Coroutine[Any, Any, InvokeResult]:
         """InvokeEndpoint with its header members as one tuple, in ``_api.INVOKE.headers`` order.
 
         For relays (the sidecar, ``gateway.compat``) that hold the members by
         name or header: every member of the installed model is sent and keyed,
         none spelled out here.
         """
-        if not self._started:
-            raise errors.GatewayError("the gateway is not started: use 'async with Gateway(...)'")
-        route = self._resolve(endpoint)
-        if timeout is None:
-            timeout = route.timeout_s or self._default_timeout
-        else:
-            _check_timeout(timeout)
-        payload = payload_bytes(body)
-        shape = _INVOKE_SHAPES.get(members)
-        if shape is None:
-            shape = _invoke_shape(members)
-        before_host, after_host, key_fields = shape
-        model = members[_MODEL]
-        target_model = None if model is None else str(model)
-        agent = None if user_agent is None else self._caller_agent(user_agent)
-        # A session is stateful on the far side: never answer it from a cache.
-        key: str | None = None
-        cached = self._cached
-        if (
-            cached is not None
-            and members[_SESSION] is None
-            and (route.config.cache if cache is None else cache)
-        ):
-            if cached.versions_due(route.name):  # the fleet's version tags, re-read
-                await cached.refresh_versions(route.name)
-            key = cached.key_of(route.name, key_fields, payload)
-            hit = cached.peek(key)
-            if hit is not None:
-                if self._emit is not None:
-                    emit_cached_call(self._emit, route.name, target_model, hit)
-                return hit  # nothing else to build
-        deadline = time.monotonic() + timeout
-        credentials = self._credentials
-        if credentials is not None and credentials.must_wait():
-            await credentials.fresh(deadline)  # only inside the mandatory window
-        pinned = members[_VARIANT] is not None
-        emit = self._emit
-        if key is None or cached is None:
-            call = self._invoker.invoke(
-                route,
-                INVOKE,
-                target_model,
-                before_host,
-                after_host,
-                pinned,
-                payload,
-                deadline,
-                agent,
-            )
-            if emit is None:
-                return await call
-            routed = bool(route.routers)
-            return await observed_call(emit, route.name, target_model, call, False, routed)
-        load = functools.partial(
-            self._invoker.invoke,
-            route,
-            INVOKE,
-            target_model,
-            before_host,
-            after_host,
-            pinned,
-            payload,
-            deadline,
-            agent,
+        return operations.invoke_members(
+            self, endpoint, body, members, timeout, cache, cache_ttl, user_agent
         )
-        loaded = cached.get_or_load(load, key, cache_ttl or route.config.cache_ttl_s, deadline)
-        if emit is None:
-            return await loaded
-        routed = bool(route.routers)
-        return await observed_call(emit, route.name, target_model, loaded, True, routed)
 
     def set_cache_version(
         self, endpoint: str, version: str, target_model: str | None = None
@@ -488,61 +388,10 @@ class Gateway:
         stream = InvokeStream()
         stream._parts = payload_parts(
             functools.partial(
-                self._open_stream, stream, endpoint, body, members, timeout, user_agent
+                operations.open_stream, self, stream, endpoint, body, members, timeout, user_agent
             )
         )
         return stream
-
-    async def _open_stream(
-        self,
-        into: InvokeStream,
-        endpoint: str,
-        body: Buffer,
-        members: tuple[object, ...],
-        timeout: float | None,
-        user_agent: str | None,
-    ) -> OpenedStream:
-        route, state, plan = self._pick_single(endpoint, INVOKE_STREAM)
-        emit = self._emit
-        if emit is not None:
-            emit(CallStarted(route.name, None, INVOKE_ENDPOINT_STREAM))
-        started = time.monotonic()
-        try:
-            if timeout is None:
-                timeout = route.timeout_s or self._default_timeout
-            else:
-                _check_timeout(timeout)
-            deadline = time.monotonic() + timeout
-            payload = payload_bytes(body)
-            before_host, after_host = request_headers(INVOKE_STREAM, members)
-            request = prepared(
-                plan,
-                INVOKE_STREAM,
-                before_host,
-                after_host,
-                members[_STREAM_VARIANT] is not None,
-                payload,
-            )
-            if user_agent is not None:
-                request.caller_agent = self._caller_agent(user_agent)
-            await self._ensure_credentials(deadline)
-            stream, finish = await self._invoker.open_stream(route, state, plan, request, deadline)
-        except BaseException as error:
-            if emit is not None:
-                duration = time.monotonic() - started
-                failed = call_failed(
-                    route.name, None, plan.endpoint, duration, error, INVOKE_ENDPOINT_STREAM
-                )
-                emit(failed)
-            raise
-        into.response_headers = stream.headers
-        into.target = plan.endpoint
-        if emit is None:
-            return stream, finish
-        request_id = stream.headers.get("x-amzn-requestid")
-        return stream, _finish_observed(
-            emit, finish, route.name, plan.endpoint, started, request_id
-        )
 
     async def invoke_async(
         self,
@@ -578,71 +427,20 @@ class Gateway:
             request_ttl_seconds,
             s3_output_path_extension,
         )
-        return await self.invoke_async_members(endpoint, body, members, timeout, user_agent)
+        return await operations.invoke_async_members(
+            self, endpoint, body, members, timeout, user_agent
+        )
 
-    async def invoke_async_members(
+    def invoke_async_members(
         self,
         endpoint: str,
         body: Buffer | None,
         members: tuple[object, ...],
         timeout: float | None = None,
         user_agent: str | None = None,
-    ) -> AsyncInvocation:
+    ) -> Coroutine[Any, Any, AsyncInvocation]:
         """``invoke_async`` with the members as one tuple (``_api.INVOKE_ASYNC.headers`` order)."""
-        payload = (
-            b""
-            if body is None
-            else payload_bytes(body, MAX_ASYNC_BODY_BYTES, "InvokeEndpointAsync")
-        )
-        before_host, after_host = request_headers(INVOKE_ASYNC, members)
-        # To an inference router target as InvokeInferenceRouterAsync, when it maps.
-        route, state, plan = self._pick_single(endpoint, INVOKE_ASYNC, after_host, payload)
-        if timeout is None:
-            timeout = route.timeout_s or self._default_timeout
-        else:
-            _check_timeout(timeout)
-        deadline = time.monotonic() + timeout
-        request = prepared(
-            plan,
-            INVOKE_ASYNC,
-            before_host,
-            after_host,
-            True,
-            payload,
-        )
-        if user_agent is not None:
-            request.caller_agent = self._caller_agent(user_agent)
-        await self._ensure_credentials(deadline)
-        sent = self._invoker.send_once(route, state, plan, request, deadline, (200, 202))
-        emit = self._emit
-        if emit is None:
-            return async_invocation_from_response(await sent)
-        emit(CallStarted(route.name, None, INVOKE_ENDPOINT_ASYNC))
-        started = time.monotonic()
-        try:
-            answer = async_invocation_from_response(await sent)
-        except BaseException as error:
-            duration = time.monotonic() - started
-            emit(
-                call_failed(route.name, None, plan.endpoint, duration, error, INVOKE_ENDPOINT_ASYNC)
-            )
-            raise
-        duration = time.monotonic() - started
-        emit(
-            CallFinished(
-                route.name,
-                None,
-                plan.endpoint,
-                duration,
-                1,
-                False,
-                None,
-                None,
-                INVOKE_ENDPOINT_ASYNC,
-                answer.request_id,
-            )
-        )
-        return answer
+        return operations.invoke_async_members(self, endpoint, body, members, timeout, user_agent)
 
     # -- operations ----------------------------------------------------------
 
@@ -692,14 +490,6 @@ class Gateway:
     def hooks(self) -> tuple[Hook, ...]:
         return self._instrumentation.hooks
 
-    def _start_tracing(self, region: str | None) -> None:
-        """Trace calls when OpenTelemetry is installed and a tracer provider is set."""
-        if any(isinstance(hook, TracingHook) for hook in self.hooks):
-            return
-        tracer = gateway_tracer()
-        if tracer is not None:
-            self.add_hook(TracingHook(tracer, region))
-
     def _set_emit(self, emit: Emit | None) -> None:
         self._emit = emit
         self._invoker.emit = emit
@@ -714,11 +504,7 @@ class Gateway:
         ``unconfigured``.
         """
         if self._metrics is None:
-            routes = {name: [t.key for t in r.targets] for name, r in self._router.routes.items()}
-            routed = [name for name, r in self._router.routes.items() if r.routers]
-            self._metrics = GatewayMetrics(
-                label_cap, routes, cache=self._cache is not None, routed=routed
-            )
+            self._metrics = gateway_metrics(self._router, self._cache, label_cap)
             self.add_hook(self._metrics)
         return self._metrics
 
@@ -729,9 +515,7 @@ class Gateway:
 
     def prometheus_collector(self) -> Any:
         """A ``prometheus_client`` collector of the gateway's own metrics (enables them)."""
-        return self.enable_metrics().collector(
-            functools.partial(route_and_cache_families, self._router, self._cache)
-        )
+        return gateway_collector(self.enable_metrics(), self._router, self._cache)
 
     # State changes are rare: always logged (rate-limited), then streamed.
 
@@ -750,26 +534,6 @@ class Gateway:
         self._state_changed(circuit_event(state))
 
     # -- internals -----------------------------------------------------------
-
-    def _pick_single(
-        self,
-        endpoint: str,
-        operation: Operation,
-        after_host: list[tuple[str, str]] | None = None,
-        body: bytes = b"",
-    ) -> tuple[Route, TargetState, TargetPlan]:
-        if not self._started:
-            raise errors.GatewayError("the gateway is not started: use 'async with Gateway(...)'")
-        route = self._resolve(endpoint)
-        return (route, *self._invoker.single(route, operation, after_host, body))
-
-    def _resolve(self, endpoint: str) -> Route:
-        try:
-            return self._router.resolve(endpoint)
-        except errors.ConfigError:
-            # Only a bad name gets here (a default route for it failed to build).
-            check_endpoint_name(endpoint)
-            raise
 
     def _caller_agent(self, caller: str) -> str | None:
         """``caller``'s user agent (its first 512 characters) with the gateway's appended.
@@ -954,49 +718,3 @@ def _target_up(target: TargetState, config: RouteConfig) -> bool:
     if target.state is TargetHealth.EJECTED:
         return False
     return target.consecutive_failures < config.ejection.consecutive_failures
-
-
-def _finish_observed(
-    emit: Emit,
-    finish: Callable[[BaseException | None], None],
-    route: str,
-    endpoint: str,
-    started: float,
-    request_id: str | None,
-) -> Callable[[BaseException | None], None]:
-    """A stream's ``finish`` that also ends its call (CallFinished) after the attempt."""
-
-    def finished(error: BaseException | None) -> None:
-        finish(error)
-        duration = time.monotonic() - started
-        if error is None:
-            emit(
-                CallFinished(
-                    route,
-                    None,
-                    endpoint,
-                    duration,
-                    1,
-                    False,
-                    None,
-                    None,
-                    INVOKE_ENDPOINT_STREAM,
-                    request_id,
-                )
-            )
-        else:
-            emit(call_failed(route, None, endpoint, duration, error, INVOKE_ENDPOINT_STREAM))
-
-    return finished
-
-
-def _check_timeout(timeout: float) -> None:
-    """A call's timeout must be a duration: NaN, infinity or a negative number is refused."""
-    try:
-        valid = 0.0 <= timeout < math.inf  # False for NaN
-    except TypeError:
-        valid = False
-    if not valid:
-        raise errors.InvalidRequest(
-            f"timeout must be a finite number of seconds >= 0, got {timeout!r}"
-        )

@@ -200,6 +200,8 @@ class GatewayMetrics:
 
     # Dict and list updates only: called without the guard wrapper (see Hook).
     never_raises: ClassVar[bool] = True
+    # No counter is labelled by request id: alone, it spares every call reading one (see Hook).
+    reads_request_id: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -223,6 +225,7 @@ class GatewayMetrics:
         # Raw (route, target) -> its metrics, bounded: past the limit a
         # folded pair is looked up again on each event instead of remembered.
         self._by_name: dict[tuple[str, str], TargetMetrics] = {}
+        self._unconfigured_remembered = 0  # of _by_name's pairs
         self.targets: dict[tuple[str, str], TargetMetrics] = {}
         self.calls: dict[str, int] = {}
         self.call_errors: dict[tuple[str, str], int] = {}
@@ -283,11 +286,24 @@ class GatewayMetrics:
         metrics = self.targets.get(key)
         if metrics is None:
             metrics = self.targets[key] = TargetMetrics(route_label, target_label)
-        # Configured pairs are remembered; any other name is folded again each time.
-        remember = configured is None or target_label != UNCONFIGURED
-        if remember and len(self._by_name) < 4 * self.label_cap:
+        if self._remember(configured is not None and target_label == UNCONFIGURED):
             self._by_name[(route, target)] = metrics
         return metrics
+
+    def _remember(self, unconfigured: bool) -> bool:
+        """Whether a folded pair is remembered (else folded again on each event).
+
+        Configured pairs (any pair, without a config) and unconfigured ones
+        (a bare endpoint name, or junk a client sends) each up to a bound of
+        their own: junk never keeps a configured pair from being remembered.
+        """
+        limit = 4 * self.label_cap
+        if not unconfigured:
+            return len(self._by_name) - self._unconfigured_remembered < limit
+        if self._unconfigured_remembered >= limit:
+            return False
+        self._unconfigured_remembered += 1
+        return True
 
     def _attempt(self, event: AttemptFinished) -> None:
         # The one handler every attempt runs: lookups inlined, no helper calls
@@ -316,7 +332,12 @@ class GatewayMetrics:
             self._routed(event)
         if event.operation != INVOKE_ENDPOINT:
             return  # calls_total and its histogram count Gateway.invoke, as documented
-        route = self.route_label(event.route)
+        # route_label, inlined: this runs on every call.
+        route, configured = event.route, self.configured
+        if configured is None:
+            route = self._routes(route)
+        elif route not in configured:
+            route = UNCONFIGURED
         calls = self.calls
         calls[route] = calls.get(route, 0) + 1
         histogram = self.call_latency.get(route)

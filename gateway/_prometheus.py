@@ -1,4 +1,5 @@
-"""The Prometheus families ``Gateway.prometheus_collector`` adds to the call counters.
+"""A Gateway's Prometheus metrics: its call counters, labelled by its configured routes,
+and the families ``Gateway.prometheus_collector`` adds to them.
 
 Read at scrape time: target health per configured route, and the cache's
 Redis errors and circuit state.
@@ -6,13 +7,31 @@ Redis errors and circuit state.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any
 
+from gateway._metrics import GatewayMetrics
 from gateway.cache import PredictionCache
 from gateway.routing import Router, TargetHealth
 
-__all__ = ["route_and_cache_families"]
+__all__ = ["gateway_collector", "gateway_metrics", "route_and_cache_families"]
+
+
+def gateway_metrics(
+    router: Router, cache: PredictionCache | None, label_cap: int
+) -> GatewayMetrics:
+    """The call counters of a Gateway: its configured routes and their targets are the labels."""
+    routes = {name: [t.key for t in r.targets] for name, r in router.routes.items()}
+    routed = [name for name, r in router.routes.items() if r.routers]
+    return GatewayMetrics(label_cap, routes, cache=cache is not None, routed=routed)
+
+
+def gateway_collector(
+    metrics: GatewayMetrics, router: Router, cache: PredictionCache | None
+) -> Any:
+    """A ``prometheus_client`` collector of ``metrics`` and the route and cache families."""
+    return metrics.collector(functools.partial(route_and_cache_families, router, cache))
 
 
 def route_and_cache_families(router: Router, cache: PredictionCache | None) -> Iterator[Any]:

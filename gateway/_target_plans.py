@@ -39,10 +39,10 @@ class TargetPlan:
     """Everything about one target computed once: where, which paths, which signer."""
 
     __slots__ = (
-        "_paths",
         "endpoint",
         "host",
         "origin",
+        "paths",
         "routing_target",
         "signer",
         "variant",
@@ -63,18 +63,18 @@ class TargetPlan:
         # An inference router target: ``endpoint`` is the router, this its routing
         # target, and InvokeEndpoint goes out as InvokeInferenceRouter.
         self.routing_target: str | None = None
-        # Operation name -> (path, its SigV4 canonical-request prefix), on first use.
-        self._paths: dict[str, tuple[str, str]] = {}
+        # Operation name -> (path, its SigV4 canonical-request prefix), filled by path_of.
+        self.paths: dict[str, tuple[str, str]] = {}
 
     def path_of(self, operation: Operation) -> tuple[str, str]:
         """The request path of ``operation`` on this target, and its signing prefix."""
-        path = self._paths.get(operation.name)
+        path = self.paths.get(operation.name)
         if path is None:
             if self.routing_target is not None:
                 operation = _router_operation(operation)
             url_path = operation.path(self.endpoint)
             path = (url_path, SigV4Signer.request_prefix("POST", url_path))
-            self._paths[operation.name] = path
+            self.paths[operation.name] = path
         return path
 
     def routed_headers(

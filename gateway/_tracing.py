@@ -30,7 +30,7 @@ import importlib.metadata
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Final
 
@@ -58,6 +58,7 @@ __all__ = [
     "configure_from_environment",
     "gateway_tracer",
     "trace_id_of_traceparent",
+    "tracing_hook",
 ]
 
 log = logging.getLogger("gateway.tracing")
@@ -159,6 +160,15 @@ class _CallSpan:
 _current: contextvars.ContextVar[_CallSpan | None] = contextvars.ContextVar(
     "sagemaker_gateway_call_span", default=None
 )
+
+
+def tracing_hook(hooks: Sequence[object], region: str | None) -> TracingHook | None:
+    """A hook that traces calls, when OpenTelemetry is installed and a tracer provider is
+    set and ``hooks`` has none yet; else None."""
+    if any(isinstance(hook, TracingHook) for hook in hooks):
+        return None
+    tracer = gateway_tracer()
+    return TracingHook(tracer, region) if tracer is not None else None
 
 
 class TracingHook:

@@ -96,9 +96,14 @@ class Connection:
         # socket can go back to the pool instead of being closed.
         self._abandoned = False
         self._drain_timer: asyncio.TimerHandle | None = None
-        # Polls the OS socket for bytes or EOF the loop has not delivered yet
-        # (see has_unread); None without an OS socket (scripted tests).
-        self._poller: select.poll | None = None
+        # Polls the OS socket for bytes or an EOF the loop has not delivered
+        # yet; None without an OS socket (scripted tests). HTTP/1.1 cannot
+        # tell whose answer a response is: an answer that shows up on an idle
+        # socket (an extra or a late one) would be read as the next request's.
+        # The loop closes such a socket when it delivers the bytes; the pool
+        # polls (one non-blocking poll(2), as httpcore does) right before
+        # reuse for those that arrived since the loop last looked.
+        self.unread_poller: select.poll | None = None
 
     # asyncio callbacks
 
@@ -110,19 +115,7 @@ class Connection:
         if sock is not None and _CAN_POLL:
             poller = select.poll()
             poller.register(sock.fileno(), select.POLLIN)
-            self._poller = poller
-
-    def has_unread(self) -> bool:
-        """Bytes or an EOF wait on this idle socket that the loop has not delivered yet.
-
-        HTTP/1.1 cannot tell whose answer a response is: an answer that shows
-        up on an idle socket (an extra or a late one) would be read as the next
-        request's. The loop closes such a socket when it delivers the bytes;
-        this catches those that arrived since it last looked, right before
-        reuse (httpcore does the same). One non-blocking poll(2).
-        """
-        poller = self._poller
-        return poller is not None and len(poller.poll(0)) > 0
+            self.unread_poller = poller
 
     def data_received(self, data: bytes) -> None:
         if self._waiter is None and self._stream is None and not self._abandoned:

@@ -86,6 +86,29 @@ async def test_a_plain_call_emits_start_one_won_primary_attempt_and_finish(
     assert (finished.endpoint, finished.attempts, finished.error_code) == ("a", 1, None)
 
 
+class IdBlindRecorder(Recorder):
+    """A hook that says it never reads CallFinished.request_id."""
+
+    reads_request_id = False
+
+
+async def test_call_finished_carries_the_request_id_for_any_hook_that_may_read_it(
+    emulator: Emulator,
+) -> None:
+    recorder, blind = Recorder(), IdBlindRecorder()
+    async with _gateway(emulator, hooks=[recorder]) as gw:
+        answer = await gw.invoke("a", b"x", timeout=2)
+        gw.enable_metrics()  # beside another hook: the id is still read
+        await gw.invoke("a", b"x", timeout=2)
+    assert answer.request_id
+    ids = [event.request_id for event in recorder.of(CallFinished)]
+    assert len(ids) == 2 and all(ids) and ids[0] == answer.request_id
+    async with _gateway(emulator, hooks=[blind]) as gw:
+        await gw.invoke("a", b"x", timeout=2)
+    # Alone, a hook that never reads it spares the call finding it.
+    assert [event.request_id for event in blind.of(CallFinished)] == [None]
+
+
 async def test_without_a_hook_nothing_is_emitted_and_metrics_start_when_asked(
     emulator: Emulator,
 ) -> None:
@@ -164,6 +187,27 @@ async def test_unconfigured_names_fold_into_one_label_and_spend_nothing(
     pairs = set(metrics.targets)
     assert (UNCONFIGURED, UNCONFIGURED) in pairs
     assert pairs - {(UNCONFIGURED, UNCONFIGURED)} <= {("pair", "a"), ("pair", "b")}
+
+
+def test_unconfigured_pairs_are_remembered_within_a_bound_of_their_own() -> None:
+    """A bare endpoint name is not folded again on every attempt, and no number of junk
+    names keeps a configured pair from being remembered (or grows the memo unbounded)."""
+    metrics = GatewayMetrics(label_cap=2, routes={"pair": ["a", "b"]})
+
+    def attempt(route: str, target: str) -> None:
+        metrics(AttemptFinished(route, target, target, "primary", "won", 0.01, None))
+
+    for index in range(50):
+        attempt(f"junk-{index}", "t")
+    attempt("bare", "bare")
+    attempt("pair", "a")
+    attempt("pair", "a")
+    remembered = metrics._by_name
+    assert remembered[("pair", "a")] is metrics.targets[("pair", "a")]
+    assert ("bare", "bare") not in remembered  # past the unconfigured bound: folded each time
+    assert len(remembered) == 4 * 2 + 1
+    assert metrics.targets[(UNCONFIGURED, UNCONFIGURED)].attempts[("primary", "won")] == 51
+    assert metrics.targets[("pair", "a")].attempts[("primary", "won")] == 2
 
 
 async def test_without_configured_routes_labels_beyond_the_cap_fold_into_other(

@@ -155,3 +155,30 @@ def test_a_cached_answer_has_no_field_lines() -> None:
     cached = InvokeResult.from_fields(b"1", {"content_type": "text/csv"}, None, "hit")
     assert cached.field_lines() is None
     assert cached.content_type == "text/csv"
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"HTTP/1.1 200 OK\r\nx-amzn-RequestId: r-1\r\nContent-Length: 2",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-AMZN-REQUESTID:r-2",
+        b"HTTP/1.1 200 OK\nx-amzn-requestid:  r-3 \ncontent-type: a/b",
+        b"HTTP/1.1 200 OK\r\nx-amzn-RequestId: first\r\nx-amzn-RequestId: last\r\nx: 1",
+        b"HTTP/1.1 200 OK\r\nx-amzn-RequestId: one\r\n  two\r\n\tthree\r\nx: 1",
+        b"HTTP/1.1 200 OK\r\nx-amzn-RequestId: a\r\nx-amzn-RequestId: b\r\n c",
+        b"HTTP/1.1 200 OK\r\nx-amzn-RequestId:",
+        b"HTTP/1.1 200 OK\r\nx-amzn-RequestId : r\r\nx-amzn-requestid-2: r",
+        b"HTTP/1.1 200 OK\r\nx-other: x-amzn-requestid: r\r\n x-amzn-requestid: s",
+        b"HTTP/1.1 200 OK\r\nContent-Type: a/b",
+        b"HTTP/1.1 200 OK",
+    ],
+)
+def test_the_request_id_alone_reads_as_every_field_decoded_reads_it(head: bytes) -> None:
+    """Events read only the request id, without decoding the other fields: same answer."""
+    alone = _result(head)
+    decoded = _result(head)
+    assert decoded.content_type == decoded.headers.get("content-type")  # fields decoded first
+    assert alone.request_id == decoded.request_id
+    assert alone.request_id == dict(
+        (name.lower(), value.decode("latin-1")) for name, value in split_head(head)
+    ).get(b"x-amzn-requestid")

@@ -1,0 +1,198 @@
+"""CPU instructions per call under callgrind: a figure the machine's load does not move.
+
+    python -m bench.instructions                         # the sidecar, this checkout
+    python -m bench.instructions --tree /tmp/ab/base     # the sidecar of another checkout
+    python -m bench.instructions --library --metrics     # Gateway.invoke, with the metrics hook
+    python -m bench.instructions --concurrency 8 --requests 4000
+
+Wall-clock CPU per request on a shared 2-core machine moves by 10% from
+one run to the next; the number of instructions a fixed number of calls
+runs does not (two runs of one build agree within 0.1%). It counts user
+space only: a syscall costs what the kernel spends on it and counts here
+as the few instructions around it, so compare syscalls with ``strace -c``.
+
+Sidecar: the stub (``bench._stub``) and the load generator run natively;
+the sidecar (``python -m gateway sidecar`` of ``--tree``) runs under
+``valgrind --tool=callgrind`` with instrumentation off, is warmed up, and
+is instrumented for exactly ``--requests`` requests. Library: a script
+making sequential ``Gateway.invoke`` calls runs under callgrind twice,
+with N and 3N calls; the difference over 2N is the cost of one call.
+Needs valgrind (``apt-get install -y valgrind``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httptools
+
+from bench._stub import StubServer
+from bench.sidecar_load import build_request, sidecar_config
+
+_WARM_UP = 300
+_LIBRARY_SCRIPT = """
+import sys
+import uvloop
+from gateway import Gateway
+async def main(url, calls, metrics):
+    async with Gateway(region="us-east-1", endpoint_url=url, credentials=("AK", "SK")) as gw:
+        if metrics:
+            gw.enable_metrics()
+        for _ in range(200 + calls):
+            await gw.invoke("bench-model", b'{"x": 1}', content_type="application/json")
+uvloop.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"))
+"""
+
+
+class _Client(asyncio.Protocol):
+    """One keep-alive connection sending requests while the shared budget lasts."""
+
+    def __init__(self, request: bytes, budget: list[int], done: asyncio.Future[None]) -> None:
+        self._request = request
+        self._budget = budget
+        self._done = done
+        self._parser = httptools.HttpResponseParser(self)
+        self._transport: asyncio.Transport | None = None
+        self.errors = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        self._send()
+
+    def _send(self) -> None:
+        assert self._transport is not None
+        if self._budget[0] <= 0:
+            self._transport.close()
+            if not self._done.done():
+                self._done.set_result(None)
+            return
+        self._budget[0] -= 1
+        self._transport.write(self._request)
+
+    def data_received(self, data: bytes) -> None:
+        self._parser.feed_data(data)
+
+    def on_message_complete(self) -> None:
+        if self._parser.get_status_code() != 200:
+            self.errors += 1
+        self._send()
+
+
+async def _drive(port: int, requests: int, concurrency: int) -> int:
+    """Send ``requests`` requests over ``concurrency`` connections; the number that failed."""
+    loop = asyncio.get_running_loop()
+    request = build_request(f"127.0.0.1:{port}")
+    budget = [requests]
+    clients: list[tuple[_Client, asyncio.Future[None]]] = []
+    for _ in range(concurrency):
+        done: asyncio.Future[None] = loop.create_future()
+        factory = functools.partial(_Client, request, budget, done)
+        _, client = await loop.create_connection(factory, "127.0.0.1", port)
+        clients.append((client, done))
+    await asyncio.gather(*(done for _, done in clients))
+    return sum(client.errors for client, _ in clients)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _instructions(out_file: Path) -> int:
+    """The instruction count a callgrind output file holds (its totals line, at the end)."""
+    for line in reversed(out_file.read_text().splitlines()):
+        if line.startswith("totals:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no totals in {out_file}")
+
+
+def _callgrind(pid: int, *args: str) -> None:
+    subprocess.run(["callgrind_control", *args, str(pid)], check=True, capture_output=True)
+
+
+def sidecar_instructions(tree: Path, requests: int, concurrency: int) -> float:
+    """Instructions the sidecar of ``tree`` runs per request (after a warm-up)."""
+    with tempfile.TemporaryDirectory(prefix="instructions-") as directory, StubServer() as stub:
+        config = Path(directory, "sidecar.json")
+        config.write_text(json.dumps(sidecar_config(stub.url)))
+        port = _free_port()
+        out = Path(directory, "callgrind.out")
+        command = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
+        command += [f"--callgrind-out-file={out}", sys.executable, "-m", "gateway", "sidecar"]
+        command += ["--listen", f"127.0.0.1:{port}", "--config", str(config)]
+        command += ["--log-level", "WARNING"]
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        process = subprocess.Popen(
+            command, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
+        try:
+            assert process.stdout is not None
+            if b"listening" not in process.stdout.readline():
+                raise RuntimeError("the sidecar did not start under valgrind")
+            asyncio.run(_drive(port, _WARM_UP, concurrency))
+            _callgrind(process.pid, "-i", "on")
+            errors = asyncio.run(_drive(port, requests, concurrency))
+            time.sleep(0.5)  # the last answers leave the sidecar
+            _callgrind(process.pid, "-i", "off")
+            _callgrind(process.pid, "--dump")
+        finally:
+            process.terminate()
+            process.wait(60)
+        if errors:
+            raise RuntimeError(f"{errors} requests failed")
+        # The first dump (callgrind.out.1) holds the instrumented requests only.
+        return _instructions(Path(directory, "callgrind.out.1")) / requests
+
+
+def library_instructions(tree: Path, calls: int, metrics: bool) -> float:
+    """Instructions one sequential ``Gateway.invoke`` of ``tree`` runs."""
+    counts = []
+    with tempfile.TemporaryDirectory(prefix="instructions-") as directory, StubServer() as stub:
+        for count in (calls, 3 * calls):
+            out = Path(directory, f"callgrind.{count}")
+            command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+            command += [sys.executable, "-c", _LIBRARY_SCRIPT, stub.url, str(count)]
+            command += ["1" if metrics else "0"]
+            env = {**os.environ, "PYTHONPATH": str(tree)}
+            subprocess.run(command, cwd=directory, env=env, check=True, capture_output=True)
+            counts.append(_instructions(out))
+    return (counts[1] - counts[0]) / (2 * calls)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__)
+    parser.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[1])
+    parser.add_argument("--library", action="store_true", help="Gateway.invoke, not the sidecar")
+    parser.add_argument("--metrics", action="store_true", help="library: with the metrics hook")
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--concurrency", type=int, default=1, help="sidecar connections")
+    args = parser.parse_args(argv)
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed (apt-get install -y valgrind)", file=sys.stderr)
+        return 2
+    tree = args.tree.resolve()
+    if args.library:
+        per_call = library_instructions(tree, args.requests // 2, args.metrics)
+        what = "Gateway.invoke" + (" with metrics" if args.metrics else "")
+    else:
+        per_call = sidecar_instructions(tree, args.requests, args.concurrency)
+        what = f"sidecar request at concurrency {args.concurrency}"
+    print(f"{tree}: {per_call:,.0f} instructions per {what}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
