@@ -20,6 +20,27 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return 2 * (os.cpu_count() or 1)
 
 
+# The xdist groups on the suite's critical path: the wheel's build (tests/deploy/conftest.py)
+# is one long serial chain, mypyc and a C compiler, scheduled first as the biggest group.
+# Every other worker lowers its own priority when it starts a test outside these groups,
+# so the chain gets a whole core and ends with the rest instead of minutes after it.
+CRITICAL_PATH_GROUPS = frozenset({"built-wheel"})
+YIELDING_NICENESS = 5
+_yielded_to_the_critical_path = False
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    global _yielded_to_the_critical_path
+    if _yielded_to_the_critical_path or "PYTEST_XDIST_WORKER" not in os.environ:
+        return
+    group = item.get_closest_marker("xdist_group")
+    if group is not None and group.args and group.args[0] in CRITICAL_PATH_GROUPS:
+        return
+    os.nice(YIELDING_NICENESS)  # once: a process may raise its niceness, not lower it
+    _yielded_to_the_critical_path = True
+
+
 def pytest_report_header() -> str:
     return f"sagemaker-gateway hot path: {build_kind()}"
 

@@ -12,11 +12,16 @@ for instead. ``ENV``, ``ENTRYPOINT``, ``CMD`` and ``HEALTHCHECK`` are kept
 for the tests that run the image's command.
 
 Building the wheel compiles the hot path with mypyc (about a minute or two),
-so every test that needs the wheel shares this one session-scoped build.
+so every test that needs the wheel shares this one session-scoped build. CI
+compiles it once for the whole run: ``python -m tests.deploy._docker DIRECTORY``
+runs the build stages into DIRECTORY, and with ``SAGEMAKER_GATEWAY_TEST_BUILD_STAGE``
+naming it the session uses them instead of running them again, for as long as
+nothing they copied from the checkout has changed (else it builds its own).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -31,6 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 _PACKAGE_MANAGER = re.compile(r"^\s*apt-get\b")
+# A directory `python -m tests.deploy._docker` built the wheel's stages into.
+BUILD_STAGE_ENV = "SAGEMAKER_GATEWAY_TEST_BUILD_STAGE"
 
 
 @dataclass
@@ -171,6 +178,70 @@ def run_stage(stage: Stage, stage_root: Path, stage_roots: dict[str, Path]) -> B
     return image
 
 
+def _copied_files(path: Path) -> list[Path]:
+    """The files a ``COPY`` of ``path`` copies (what ``_copy`` does not ignore), sorted."""
+    if not path.is_dir():
+        return [path]
+    found: list[Path] = []
+    for directory, subdirectories, names in os.walk(path):
+        dropped = _ignored(directory, [*subdirectories, *names])
+        subdirectories[:] = sorted(d for d in subdirectories if d not in dropped)
+        found += [Path(directory, name) for name in names if name not in dropped]
+    return sorted(found)
+
+
+def stage_digest(stage: Stage) -> str:
+    """What a stage's result depends on: the Python, its instructions, the files it copies."""
+    digest = hashlib.sha256(repr((sys.version, stage.image, stage.instructions)).encode())
+    for keyword, value in stage.instructions:
+        if keyword != "COPY" or value.startswith("--from="):
+            continue
+        *sources, _ = value.split()
+        for source in sources:
+            for file in _copied_files(ROOT / source.lstrip("/")):
+                digest.update(f"{file.relative_to(ROOT)}\0".encode())
+                digest.update(hashlib.sha256(file.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def _digest_file(stage_root: Path) -> Path:
+    return stage_root.with_name(stage_root.name + ".sha256")
+
+
+def run_stage_once(stage: Stage, stage_root: Path, stage_roots: dict[str, Path]) -> BuiltImage:
+    """``run_stage``, then a record of what it was built from (written last: it marks success)."""
+    image = run_stage(stage, stage_root, stage_roots)
+    _digest_file(stage_root).write_text(stage_digest(stage) + "\n")
+    return image
+
+
+def prebuilt_stage(stage: Stage) -> Path | None:
+    """The stage as ``python -m tests.deploy._docker`` built it, if asked for and still current."""
+    directory = os.environ.get(BUILD_STAGE_ENV)
+    if not directory:
+        return None
+    stage_root = Path(directory) / f"stage-{stage.name}"
+    recorded = _digest_file(stage_root)
+    if not recorded.is_file() or recorded.read_text().strip() != stage_digest(stage):
+        return None
+    return stage_root
+
+
+def build_stages(root: Path) -> Path:
+    """Every stage before the last (the wheel's build) into ``root``; the wheel it built."""
+    stages = parse_dockerfile(DOCKERFILE.read_text())
+    stage_roots: dict[str, Path] = {}
+    for stage in stages[:-1]:
+        stage_root = root / f"stage-{stage.name}"
+        shutil.rmtree(stage_root, ignore_errors=True)
+        _digest_file(stage_root).unlink(missing_ok=True)
+        stage_root.mkdir(parents=True)
+        run_stage_once(stage, stage_root, stage_roots)
+        stage_roots[stage.name] = stage_root
+    (wheel,) = stage_roots[stages[0].name].rglob("*.whl")
+    return wheel
+
+
 def _env_pairs(value: str) -> dict[str, str]:
     pairs: dict[str, str] = {}
     for token in shlex.split(value):
@@ -200,3 +271,10 @@ def fresh_venv(root: Path, *requirements: str) -> Path:
         )
         assert result.returncode == 0, result.stdout + result.stderr
     return python
+
+
+if __name__ == "__main__":
+    # CI: build the wheel once, before the suites that use it (see the module's docstring).
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: python -m tests.deploy._docker DIRECTORY")
+    print(build_stages(Path(sys.argv[1]).resolve()))
