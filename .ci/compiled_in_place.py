@@ -8,9 +8,8 @@ The result is what ``SAGEMAKER_GATEWAY_BUILD=compiled pip install -e .`` leaves
 time: CI builds the wheel once (``python -m tests.deploy._docker``), tests it,
 then runs the suite against the same compiled code. The wheel must have been
 built from this checkout: the files' fresh times are what the suite's
-staleness check compares with the sources. mypyc's shared library lands at the
-checkout's top, where a plain editable install maps no module: put the checkout
-on ``PYTHONPATH`` for scripts run from elsewhere.
+staleness check compares with the sources. mypyc's shared library lands inside
+``gateway/`` like the modules it serves.
 """
 
 from __future__ import annotations
