@@ -173,7 +173,11 @@ def library_instructions(tree: Path, calls: int, metrics: bool) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.instructions",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[1])
     parser.add_argument("--library", action="store_true", help="Gateway.invoke, not the sidecar")
     parser.add_argument("--metrics", action="store_true", help="library: with the metrics hook")

@@ -81,7 +81,7 @@ CANCELLED: Final = "cancelled"
 FAILED: Final = "failed"
 
 
-# The SageMaker Runtime operation a call made (its API name).
+# The SageMaker Runtime operations' API names (the other runtimes' calls carry theirs).
 INVOKE_ENDPOINT: Final = "InvokeEndpoint"
 INVOKE_ENDPOINT_STREAM: Final = "InvokeEndpointWithResponseStream"
 INVOKE_ENDPOINT_ASYNC: Final = "InvokeEndpointAsync"
@@ -110,7 +110,7 @@ def routing_labels(reason: str | None, arn: str | None) -> tuple[str | None, str
 class CallStarted(NamedTuple):
     """A call began: ``Gateway.invoke`` (before the cache or any attempt),
     ``invoke_stream`` (at its first iteration) or ``invoke_async``.
-    ``operation`` is the SageMaker Runtime operation's name."""
+    ``operation`` is the API name of the operation called, in whichever runtime."""
 
     route: str
     model: str | None

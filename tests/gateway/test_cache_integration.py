@@ -38,6 +38,9 @@ def _cache(redis_url: str | None = None, **overrides: Any) -> dict[str, Any]:
     config: dict[str, Any] = {"namespace": f"t-{uuid.uuid4().hex[:12]}", "ttl_s": 60}
     if redis_url is not None:
         config["redis_url"] = redis_url
+        # The 100 ms default connect deadline can be missed on a loaded test machine: the
+        # warm-up fails, the circuit opens and a Redis hit turns into a load.
+        config["redis_connect_timeout_ms"] = 1000
     config.update(overrides)
     return config
 
