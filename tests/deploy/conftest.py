@@ -22,13 +22,20 @@ from tests.deploy._docker import (
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test of the built wheel on one xdist worker, so the wheel is compiled once.
+    """Every test of the built wheel on one xdist worker, so the wheel is compiled once;
+    every test of the sdist on one worker too.
 
-    Session fixtures are per worker: spread over workers, each would compile it again.
+    Session and module fixtures are per worker: spread over workers, each would build
+    again. Two sdist builds of one checkout at once also race: setuptools assembles
+    each in the same ``<name>-<version>/`` folder of the checkout, and one removes the
+    files the other is archiving.
     """
     for item in items:
-        if "docker_build" in getattr(item, "fixturenames", ()):
+        fixtures = getattr(item, "fixturenames", ())
+        if "docker_build" in fixtures:
             item.add_marker(pytest.mark.xdist_group("built-wheel"))
+        elif "sdist" in fixtures:
+            item.add_marker(pytest.mark.xdist_group("sdist"))
 
 
 @pytest.fixture(scope="session")
