@@ -42,6 +42,7 @@ from gateway._config import GatewayConfig
 from gateway._events import CallFinished, CallStarted, Emit, routing_labels
 from gateway._gateway_config import defaults_template
 from gateway._http.message import RawResponse
+from gateway._operations import check_timeout
 from gateway._streaming import InvokeStream, OpenedStream, payload_parts
 from gateway._target_plans import TargetPlan, TargetPlanner
 from gateway.routing import Route, RouteConfig, Router
@@ -200,7 +201,7 @@ class RuntimeCalls:
         if timeout is None:
             timeout = route.timeout_s or self._gateway._default_timeout
         else:
-            _check_timeout(timeout)
+            check_timeout(timeout)
         return time.monotonic() + timeout
 
     async def invoke(
@@ -432,17 +433,6 @@ def body_limit(operation: Operation) -> int:
     """The largest body the operation takes: its model's, or SageMaker's 6 MiB."""
     body = operation.by_name.get("Body")
     return (body.max_length if body is not None else None) or 6 * 1024 * 1024
-
-
-def _check_timeout(timeout: float) -> None:
-    try:
-        valid = 0.0 <= timeout < float("inf")  # False for NaN
-    except TypeError:
-        valid = False
-    if not valid:
-        raise errors.InvalidRequest(
-            f"timeout must be a finite number of seconds >= 0, got {timeout!r}"
-        )
 
 
 def _finished(

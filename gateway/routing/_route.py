@@ -433,14 +433,7 @@ class Route:
             candidates = _take_share(classes, exclude)
         elif exclude:
             candidates = [state for state in candidates if state not in exclude]
-        count = len(candidates)
-        if count > _FULL_SCAN_MAX:
-            return self._power_of_two(candidates, count, now)
-        if count > 1:
-            return _least_cost(candidates, now)
-        if count == 1:
-            return candidates[0]
-        return self._fallback(self._healthy, exclude, reuse_excluded, now)
+        return self._cheapest(candidates, self._healthy, exclude, reuse_excluded, now)
 
     def pick_outside(self, exclude: Collection[TargetState]) -> TargetState | None:
         """A primary pick among the targets outside ``exclude`` (the call cannot go to
@@ -651,6 +644,18 @@ class Route:
         if model is not None and self._ranker is not None:
             return self._pick_for_model(model, exclude, reuse_excluded, now, level.members)
         candidates = level.candidates(exclude)
+        return self._cheapest(candidates, level.healthy, exclude, reuse_excluded, now)
+
+    def _cheapest(
+        self,
+        candidates: Sequence[TargetState],
+        healthy: Sequence[TargetState],
+        exclude: Collection[TargetState],
+        reuse_excluded: bool,
+        now: float,
+    ) -> TargetState | None:
+        """The least-cost candidate (two random choices past a full scan's size); with
+        none, what ``_fallback`` leaves of ``healthy``."""
         count = len(candidates)
         if count > _FULL_SCAN_MAX:
             return self._power_of_two(candidates, count, now)
@@ -658,7 +663,7 @@ class Route:
             return _least_cost(candidates, now)
         if count == 1:
             return candidates[0]
-        return self._fallback(level.healthy, exclude, reuse_excluded, now)
+        return self._fallback(healthy, exclude, reuse_excluded, now)
 
     def _pick_for_model(
         self,
