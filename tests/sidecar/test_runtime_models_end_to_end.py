@@ -284,7 +284,7 @@ def _sent_headers(emulator: Emulator, path: str) -> list[dict[str, str]]:
     return [dict(r.headers) for r in emulator.recorded if r.path == path]
 
 
-@pytest.mark.parametrize(("service", "operation"), _operations())
+@pytest.mark.parametrize(("service", "operation"), list(_operations()))
 async def test_every_operation_and_member_end_to_end(
     stack: tuple[Emulator, Sidecar], boto: Callable[[str, str], Any], service: str, operation: str
 ) -> None:
@@ -415,7 +415,7 @@ async def test_identity_token_and_attributes_never_leave_the_sidecar_in_text(
     assert TOKEN not in text and ATTRIBUTES not in text
 
 
-@pytest.mark.parametrize(("service", "operation", "code"), _error_cases())
+@pytest.mark.parametrize(("service", "operation", "code"), list(_error_cases()))
 async def test_every_error_shape_end_to_end(
     stack: tuple[Emulator, Sidecar],
     boto: Callable[[str, str], Any],
