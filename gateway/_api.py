@@ -25,11 +25,13 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, Final
 
+import botocore
 import botocore.session
 import orjson
 from botocore import xform_name
 
 from gateway import errors
+from gateway._aws.models import member_since
 from gateway._http.message import Origin, RawResponse, headers_from_raw, split_head
 from gateway._http.request import PreparedRequest, RequestSigner
 
@@ -144,6 +146,52 @@ class Operation:
     def values(self, members: Mapping[str, object]) -> tuple[object, ...]:
         """Header members by name (None: unset) as the call's member tuple."""
         return tuple([members.get(member.name) for member in self.headers])
+
+
+class MemberOrder:
+    """A typed method's members, named in the method's own order, placed by name into
+    the installed model's member tuple (:attr:`Operation.headers` order).
+
+    The model decides which members an operation has: a member it lacks that the call
+    sets is :class:`~gateway.errors.MemberUnavailable`, never dropped or shifted into
+    a neighbour's header; a member it has that the method does not name stays unset.
+    When the method's names are the model's, in its order, the call's tuple is used
+    as it is.
+    """
+
+    __slots__ = ("_places", "names", "operation", "same")
+
+    def __init__(self, operation: Operation, names: tuple[str, ...]) -> None:
+        self.operation = operation
+        self.names = names
+        self._places = tuple([operation.index(name) for name in names])
+        self.same = names == tuple([member.name for member in operation.headers])
+
+    def place(self, values: tuple[object, ...]) -> tuple[object, ...]:
+        """``values`` (one per name, None: unset) as the operation's member tuple."""
+        if self.same:
+            return values
+        placed: list[object] = [None] * len(self.operation.headers)
+        for name, place, value in zip(self.names, self._places, values, strict=True):
+            if value is None:
+                continue
+            if place < 0:
+                raise _member_unavailable(self.operation, name)
+            placed[place] = value
+        return tuple(placed)
+
+
+def _member_unavailable(operation: Operation, member: str) -> errors.MemberUnavailable:
+    service = operation.service.name
+    required = member_since(service, operation.name, member)
+    installed = str(botocore.__version__)
+    if _release(installed) >= _release(required):
+        required = ""  # a newer model than this library knows, without the member
+    return errors.MemberUnavailable(service, operation.name, member, required, installed)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
 
 
 def _member(name: str, shape: Any, required: bool) -> Member:

@@ -25,8 +25,12 @@ from mypy_extensions import mypyc_attr
 from gateway import _operations as operations
 from gateway import errors
 from gateway._api import (
+    INVOKE,
+    INVOKE_ASYNC,
+    INVOKE_STREAM,
     AsyncInvocation,
     InvokeResult,
+    MemberOrder,
     check_header_value,
 )
 from gateway._aws.sigv4 import Credentials
@@ -87,6 +91,77 @@ _NO_TIMEOUT_S = 70.0
 # A caller's user agent is cut to this many characters before ours is appended.
 _MAX_CALLER_AGENT = 512
 _MAX_REMEMBERED_AGENTS = 64
+
+# Each typed method's members by name, in the order its values are listed. The installed
+# botocore's model decides which members an operation has and their order in the call's
+# tuple: the values are placed by these names (MemberOrder), never by position.
+_INVOKE_MEMBERS = MemberOrder(
+    INVOKE,
+    (
+        "Accept",
+        "ContentType",
+        "CustomAttributes",
+        "EnableExplanations",
+        "InferenceComponentName",
+        "InferenceId",
+        "PrefixAwareId",
+        "SessionId",
+        "TargetContainerHostname",
+        "TargetModel",
+        "TargetVariant",
+    ),
+)
+_INVOKE_STREAM_MEMBERS = MemberOrder(
+    INVOKE_STREAM,
+    (
+        "ContentType",
+        "Accept",
+        "CustomAttributes",
+        "InferenceComponentName",
+        "InferenceId",
+        "PrefixAwareId",
+        "SessionId",
+        "TargetContainerHostname",
+        "TargetVariant",
+    ),
+)
+_INVOKE_ASYNC_MEMBERS = MemberOrder(
+    INVOKE_ASYNC,
+    (
+        "Accept",
+        "ContentType",
+        "CustomAttributes",
+        "Filename",
+        "InferenceId",
+        "InputLocation",
+        "InvocationTimeoutSeconds",
+        "RequestTTLSeconds",
+        "S3OutputPathExtension",
+    ),
+)
+# The newer runtimes' operations may be missing from the installed botocore: their
+# names are placed when the operation's runtime starts.
+_ROUTER_MEMBERS = (
+    "Accept",
+    "ContentType",
+    "CustomAttributes",
+    "InferenceId",
+    "PrefixAwareId",
+    "RoutingTargetName",
+)
+_ROUTER_ASYNC_MEMBERS = (
+    "Accept",
+    "ContentType",
+    "CustomAttributes",
+    "Filename",
+    "InferenceId",
+    "InputLocation",
+    "InvocationTimeoutSeconds",
+    "RequestTTLSeconds",
+    "RoutingTargetName",
+    "S3OutputPathExtension",
+)
+_GLOBAL_GATEWAY_MEMBERS = ("Accept", "ContentType", "CustomerIdentityToken")
 
 
 # Users (and tests) subclass Gateway; mypyc compiles this module, and a
@@ -285,7 +360,7 @@ class Gateway:
         client's), sent first with the gateway's appended.
         Raises a :class:`gateway.errors.GatewayError` subclass on failure.
         """
-        # The members in InvokeEndpoint's signing order (_api.INVOKE.headers).
+        # The values of _INVOKE_MEMBERS' names, in its order.
         members = (
             accept,
             content_type,
@@ -300,7 +375,7 @@ class Gateway:
             target_variant,
         )
         return operations.invoke_members(
-            self, endpoint, body, members, timeout, cache, cache_ttl, user_agent
+            self, endpoint, body, members, timeout, cache, cache_ttl, user_agent, _INVOKE_MEMBERS
         )
 
     def invoke_members(
@@ -362,7 +437,7 @@ class Gateway:
         mid-stream raises ModelError / InternalFailure. Streams are routed but
         never hedged or retried: a partly delivered stream cannot be replayed.
         """
-        # The members in the operation's signing order (_api.INVOKE_STREAM.headers).
+        # The values of _INVOKE_STREAM_MEMBERS' names, in its order.
         members = (
             content_type,
             accept,
@@ -374,7 +449,7 @@ class Gateway:
             target_container_hostname,
             target_variant,
         )
-        return self.invoke_stream_members(endpoint, body, members, timeout, user_agent)
+        return self._stream(endpoint, body, members, timeout, user_agent, _INVOKE_STREAM_MEMBERS)
 
     def invoke_stream_members(
         self,
@@ -385,10 +460,29 @@ class Gateway:
         user_agent: str | None = None,
     ) -> InvokeStream:
         """``invoke_stream`` with the members as a tuple (``_api.INVOKE_STREAM.headers`` order)."""
+        return self._stream(endpoint, body, members, timeout, user_agent, None)
+
+    def _stream(
+        self,
+        endpoint: str,
+        body: Buffer,
+        members: tuple[object, ...],
+        timeout: float | None,
+        user_agent: str | None,
+        order: MemberOrder | None,
+    ) -> InvokeStream:
         stream = InvokeStream()
         stream._parts = payload_parts(
             functools.partial(
-                operations.open_stream, self, stream, endpoint, body, members, timeout, user_agent
+                operations.open_stream,
+                self,
+                stream,
+                endpoint,
+                body,
+                members,
+                timeout,
+                user_agent,
+                order,
             )
         )
         return stream
@@ -415,7 +509,7 @@ class Gateway:
         ``body`` (at most 128,000 bytes, as SageMaker allows) is sent inline.
         ``filename`` and ``s3_output_path_extension`` shape the output's S3 key.
         """
-        # The members in the operation's signing order (_api.INVOKE_ASYNC.headers).
+        # The values of _INVOKE_ASYNC_MEMBERS' names, in its order.
         members = (
             accept,
             content_type,
@@ -428,7 +522,7 @@ class Gateway:
             s3_output_path_extension,
         )
         return await operations.invoke_async_members(
-            self, endpoint, body, members, timeout, user_agent
+            self, endpoint, body, members, timeout, user_agent, _INVOKE_ASYNC_MEMBERS
         )
 
     def invoke_async_members(
@@ -580,7 +674,7 @@ class Gateway:
         and retried by the ``[defaults]`` route rules, as ``invoke`` on a bare
         endpoint name is.
         """
-        # The members in the operation's signing order (its table entry's headers).
+        # The values of _ROUTER_MEMBERS' names, in its order.
         members = (
             accept,
             content_type,
@@ -589,7 +683,16 @@ class Gateway:
             prefix_aware_id,
             routing_target,
         )
-        return self.invoke_router_members(router, body, members, timeout, user_agent)
+        return self._runtimes.invoke(
+            INFERENCE_ROUTER_RUNTIME,
+            INVOKE_ROUTER,
+            router,
+            body,
+            members,
+            timeout,
+            user_agent,
+            _ROUTER_MEMBERS,
+        )
 
     def invoke_router_members(
         self,
@@ -622,7 +725,7 @@ class Gateway:
         user_agent: str | None = None,
     ) -> AsyncInvocation:
         """InvokeInferenceRouterAsync: queue a request whose input is in S3 (``input_location``)."""
-        # The members in the operation's signing order (its table entry's headers).
+        # The values of _ROUTER_ASYNC_MEMBERS' names, in its order.
         members = (
             accept,
             content_type,
@@ -635,7 +738,9 @@ class Gateway:
             routing_target,
             s3_output_path_extension,
         )
-        return await self.invoke_router_async_members(router, members, timeout, user_agent)
+        return await self._runtimes.invoke_async(
+            router, members, timeout, user_agent, _ROUTER_ASYNC_MEMBERS
+        )
 
     async def invoke_router_async_members(
         self,
@@ -664,8 +769,17 @@ class Gateway:
         ``customer_identity_token`` (a JWT) is passed through, signed, and never
         logged or put in an error's text.
         """
-        members = (accept, content_type, customer_identity_token)
-        return self.invoke_global_gateway_members(gateway_id, body, members, timeout, user_agent)
+        members = (accept, content_type, customer_identity_token)  # _GLOBAL_GATEWAY_MEMBERS
+        return self._runtimes.invoke(
+            GATEWAY_RUNTIME,
+            INVOKE_GLOBAL_GATEWAY,
+            gateway_id,
+            body,
+            members,
+            timeout,
+            user_agent,
+            _GLOBAL_GATEWAY_MEMBERS,
+        )
 
     def invoke_global_gateway_members(
         self,
@@ -697,9 +811,9 @@ class Gateway:
         (``data: {...}`` lines). A failure event mid-stream raises
         ``InternalStreamFailure`` or ``ModelError``; never hedged or retried.
         """
-        members = (accept, content_type, customer_identity_token)
-        return self.invoke_global_gateway_stream_members(
-            gateway_id, body, members, timeout, user_agent
+        members = (accept, content_type, customer_identity_token)  # _GLOBAL_GATEWAY_MEMBERS
+        return self._runtimes.invoke_stream(
+            gateway_id, body, members, timeout, user_agent, _GLOBAL_GATEWAY_MEMBERS
         )
 
     def invoke_global_gateway_stream_members(

@@ -25,6 +25,7 @@ from gateway._api import (
     MAX_ASYNC_BODY_BYTES,
     AsyncInvocation,
     InvokeResult,
+    MemberOrder,
     Operation,
     async_invocation_from_response,
     check_endpoint_name,
@@ -51,11 +52,18 @@ if TYPE_CHECKING:
 
 __all__ = ["check_timeout", "invoke_async_members", "invoke_members", "open_stream"]
 
-# Places in the member tuples that the call itself reads.
+# Places in the member tuples that the call itself reads (-1: the installed model lacks it).
 _MODEL: Final = INVOKE.index("TargetModel")
 _SESSION: Final = INVOKE.index("SessionId")
 _VARIANT: Final = INVOKE.index("TargetVariant")
 _STREAM_VARIANT: Final = INVOKE_STREAM.index("TargetVariant")
+
+
+def _member(members: tuple[object, ...], place: int) -> object:
+    """The member at ``place`` of a call's tuple; None where the model has no such member."""
+    return None if place < 0 else members[place]
+
+
 _INVOKE_KEY: Final = KeyLayout(INVOKE)
 # A member tuple -> its request headers and cache-key fields: one lookup per call,
 # as most calls repeat a few shapes (a call with an InferenceId is not remembered).
@@ -85,13 +93,17 @@ async def invoke_members(
     cache: bool | None = None,
     cache_ttl: float | None = None,
     user_agent: str | None = None,
+    order: MemberOrder | None = None,
 ) -> InvokeResult:
     """InvokeEndpoint with its header members as one tuple, in ``_api.INVOKE.headers`` order.
 
     For relays (the sidecar, ``gateway.compat``) that hold the members by
     name or header: every member of the installed model is sent and keyed,
-    none spelled out here.
+    none spelled out here. A typed method passes its values in its own
+    ``order``, which places them by name.
     """
+    if order is not None:
+        members = order.place(members)
     if not gateway._started:
         raise errors.GatewayError("the gateway is not started: use 'async with Gateway(...)'")
     route = _resolve(gateway, endpoint)
@@ -104,7 +116,7 @@ async def invoke_members(
     if shape is None:
         shape = _invoke_shape(members)
     before_host, after_host, key_fields = shape
-    model = members[_MODEL]
+    model = _member(members, _MODEL)
     target_model = None if model is None else str(model)
     agent = None if user_agent is None else gateway._caller_agent(user_agent)
     # A session is stateful on the far side: never answer it from a cache.
@@ -112,7 +124,7 @@ async def invoke_members(
     cached = gateway._cached
     if (
         cached is not None
-        and members[_SESSION] is None
+        and _member(members, _SESSION) is None
         and (route.config.cache if cache is None else cache)
     ):
         if cached.versions_due(route.name):  # the fleet's version tags, re-read
@@ -127,7 +139,7 @@ async def invoke_members(
     credentials = gateway._credentials
     if credentials is not None and credentials.must_wait():
         await credentials.fresh(deadline)  # only inside the mandatory window
-    pinned = members[_VARIANT] is not None
+    pinned = _member(members, _VARIANT) is not None
     emit = gateway._emit
     if key is None or cached is None:
         call = gateway._invoker.invoke(
@@ -172,8 +184,11 @@ async def open_stream(
     members: tuple[object, ...],
     timeout: float | None,
     user_agent: str | None,
+    order: MemberOrder | None = None,
 ) -> OpenedStream:
     """InvokeEndpointWithResponseStream up to its response head (the stream's first step)."""
+    if order is not None:
+        members = order.place(members)
     route, state, plan = _pick_single(gateway, endpoint, INVOKE_STREAM)
     emit = gateway._emit
     if emit is not None:
@@ -192,7 +207,7 @@ async def open_stream(
             INVOKE_STREAM,
             before_host,
             after_host,
-            members[_STREAM_VARIANT] is not None,
+            _member(members, _STREAM_VARIANT) is not None,
             payload,
         )
         if user_agent is not None:
@@ -222,8 +237,11 @@ async def invoke_async_members(
     members: tuple[object, ...],
     timeout: float | None = None,
     user_agent: str | None = None,
+    order: MemberOrder | None = None,
 ) -> AsyncInvocation:
     """``invoke_async`` with the members as one tuple (``_api.INVOKE_ASYNC.headers`` order)."""
+    if order is not None:
+        members = order.place(members)
     payload = (
         b"" if body is None else payload_bytes(body, MAX_ASYNC_BODY_BYTES, "InvokeEndpointAsync")
     )

@@ -26,6 +26,7 @@ from gateway import errors
 from gateway._api import (
     AsyncInvocation,
     InvokeResult,
+    MemberOrder,
     Operation,
     async_invocation_from_response,
     before_host_headers,
@@ -123,7 +124,16 @@ class _Runtime:
 class _Op:
     """One operation of a started runtime, with what its calls check computed once."""
 
-    __slots__ = ("_after_host", "limit", "name", "operation", "required", "runtime", "sensitive")
+    __slots__ = (
+        "_after_host",
+        "_orders",
+        "limit",
+        "name",
+        "operation",
+        "required",
+        "runtime",
+        "sensitive",
+    )
 
     def __init__(self, runtime: _Runtime, operation: Operation) -> None:
         self.runtime = runtime
@@ -136,6 +146,22 @@ class _Op:
         # Checked headers after ``host`` by member tuple: a caller sends the same
         # few (a router's routing target), and checking one costs microseconds.
         self._after_host: dict[tuple[object, ...], list[tuple[str, str]]] = {}
+        # A typed method's member names -> how its values go into this model's tuple.
+        self._orders: dict[tuple[str, ...], MemberOrder] = {}
+
+    def place(
+        self, names: tuple[str, ...] | None, values: tuple[object, ...]
+    ) -> tuple[object, ...]:
+        """A typed method's ``values``, one per member of ``names``, as this model's tuple.
+
+        ``names`` None: ``values`` already is the tuple (a relay's).
+        """
+        if names is None:
+            return values
+        order = self._orders.get(names)
+        if order is None:
+            order = self._orders[names] = MemberOrder(self.operation, names)
+        return order.place(values)
 
     def after_host(self, members: tuple[object, ...]) -> list[tuple[str, str]]:
         """``sagemaker_headers`` of ``members``, remembered unless they hold a secret."""
@@ -213,13 +239,19 @@ class RuntimeCalls:
         members: tuple[object, ...],
         timeout: float | None,
         user_agent: str | None,
+        names: tuple[str, ...] | None = None,
     ) -> InvokeResult:
-        """InvokeInferenceRouter or InvokeGlobalInferenceGateway: routed, hedged, retried."""
+        """InvokeInferenceRouter or InvokeGlobalInferenceGateway: routed, hedged, retried.
+
+        ``members`` is the model's member tuple, or with ``names`` a typed method's
+        values, one per name.
+        """
         try:
             op = self._ops.get(operation_name)
             gateway = self._gateway
             if op is None or not gateway._started:
                 op = await self._op(service, operation_name)
+            members, names = op.place(names, members), None
             op.check(members)
             runtime = op.runtime
             route = runtime.resolve(name)
@@ -240,7 +272,7 @@ class RuntimeCalls:
                 return await sent
             return await _observed(emit, route.name, operation_name, sent)
         except errors.GatewayError as error:
-            redacted(error, _secrets_of(service, operation_name, members))
+            redacted(error, _secrets_of(service, operation_name, members, names))
             raise
 
     async def invoke_async(
@@ -249,10 +281,12 @@ class RuntimeCalls:
         members: tuple[object, ...],
         timeout: float | None,
         user_agent: str | None,
+        names: tuple[str, ...] | None = None,
     ) -> AsyncInvocation:
         """InvokeInferenceRouterAsync: one attempt (the request is queued on the far side)."""
         try:
             op = await self._op(INFERENCE_ROUTER_RUNTIME, INVOKE_ROUTER_ASYNC)
+            members, names = op.place(names, members), None
             op.check(members)
             route = op.runtime.resolve(name)
             deadline = self._deadline(route, timeout)
@@ -278,7 +312,8 @@ class RuntimeCalls:
                 return async_invocation_from_response(await sent)
             return await _observed_async(emit, route.name, plan.endpoint, sent)
         except errors.GatewayError as error:
-            redacted(error, _secrets_of(INFERENCE_ROUTER_RUNTIME, INVOKE_ROUTER_ASYNC, members))
+            secrets = _secrets_of(INFERENCE_ROUTER_RUNTIME, INVOKE_ROUTER_ASYNC, members, names)
+            redacted(error, secrets)
             raise
 
     def invoke_stream(
@@ -288,12 +323,13 @@ class RuntimeCalls:
         members: tuple[object, ...],
         timeout: float | None,
         user_agent: str | None,
+        names: tuple[str, ...] | None = None,
     ) -> RuntimeStream:
         """InvokeGlobalInferenceGatewayWithResponseStream: the SSE bytes, part by part."""
-        secrets = _secrets_of(GATEWAY_RUNTIME, INVOKE_GLOBAL_GATEWAY_STREAM, members)
+        secrets = _secrets_of(GATEWAY_RUNTIME, INVOKE_GLOBAL_GATEWAY_STREAM, members, names)
         stream = RuntimeStream(secrets)
         opener = functools.partial(
-            self._open_stream, stream, name, body, members, timeout, user_agent
+            self._open_stream, stream, name, body, members, timeout, user_agent, names
         )
         stream._parts = payload_parts(opener, decode_runtime_error)
         return stream
@@ -306,9 +342,11 @@ class RuntimeCalls:
         members: tuple[object, ...],
         timeout: float | None,
         user_agent: str | None,
+        names: tuple[str, ...] | None = None,
     ) -> OpenedStream:
         operation_name = INVOKE_GLOBAL_GATEWAY_STREAM
         op = await self._op(GATEWAY_RUNTIME, operation_name)
+        members = op.place(names, members)
         op.check(members)
         route = op.runtime.resolve(name)
         deadline = self._deadline(route, timeout)
@@ -401,7 +439,18 @@ def _secrets(operation: Operation, members: tuple[object, ...]) -> tuple[str, ..
     )
 
 
-def _secrets_of(service: str, operation_name: str, members: tuple[object, ...]) -> tuple[str, ...]:
+def _secrets_of(
+    service: str,
+    operation_name: str,
+    members: tuple[object, ...],
+    names: tuple[str, ...] | None = None,
+) -> tuple[str, ...]:
+    if names is not None and len(names) == len(members):  # a typed method's values
+        return tuple(
+            str(value)
+            for name, value in zip(names, members, strict=True)
+            if name in SENSITIVE and isinstance(value, str) and value
+        )
     operation = operation_table().get((service, operation_name))
     if operation is None or len(operation.headers) != len(members):
         # An older botocore (the call fails naming the release it needs), or a

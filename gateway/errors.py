@@ -24,6 +24,7 @@ __all__ = [
     "InternalStreamFailure",
     "InvalidHeaderValue",
     "InvalidRequest",
+    "MemberUnavailable",
     "ModelError",
     "ModelNotReady",
     "NoHealthyTarget",
@@ -89,6 +90,36 @@ class ServiceModelUnavailable(GatewayError):
             f"has botocore {installed} (pip install 'botocore>={required}')"
         )
         self.service = service
+        self.required = required
+        self.installed = installed
+
+
+class MemberUnavailable(ServiceModelUnavailable):
+    """The call sets a member the installed botocore's model of its operation lacks.
+
+    The member is never dropped or sent in another header: the message names the
+    member and the botocore release whose model has it (``required``; empty when
+    the installed model is newer than the release and lacks it all the same).
+    """
+
+    def __init__(
+        self, service: str, operation: str, member: str, required: str, installed: str
+    ) -> None:
+        if required:
+            message = (
+                f"{operation}'s {member} needs botocore >= {required}, whose {service} model "
+                f"has it; this environment has botocore {installed} "
+                f"(pip install 'botocore>={required}')"
+            )
+        else:  # a model newer than this library that dropped or renamed the member
+            message = (
+                f"{operation} has no member {member} in the {service} model of the installed "
+                f"botocore {installed}"
+            )
+        GatewayError.__init__(self, message)
+        self.service = service
+        self.operation = operation
+        self.member = member
         self.required = required
         self.installed = installed
 

@@ -21,8 +21,10 @@ from gateway import errors
 __all__ = [
     "GATEWAY_RUNTIME",
     "INFERENCE_ROUTER_RUNTIME",
+    "MEMBER_SINCE",
     "MIN_BOTOCORE",
     "SAGEMAKER_RUNTIME",
+    "member_since",
     "service_model",
 ]
 
@@ -36,6 +38,27 @@ MIN_BOTOCORE: dict[str, str] = {
     INFERENCE_ROUTER_RUNTIME: "1.44.4",
     GATEWAY_RUNTIME: "1.44.8",
 }
+
+# The first botocore release whose model has each request member that the runtime's
+# first supported model lacked, by (operation, member): a typed call that sets one
+# under an older botocore names the release to install.
+MEMBER_SINCE: dict[tuple[str, str], str] = {
+    ("InvokeEndpoint", "SessionId"): "1.35.15",
+    ("InvokeEndpointWithResponseStream", "SessionId"): "1.35.15",
+    ("InvokeEndpointAsync", "S3OutputPathExtension"): "1.42.54",
+    ("InvokeEndpointAsync", "Filename"): "1.42.54",
+    ("InvokeEndpointAsync", "Body"): "1.43.29",
+    ("InvokeEndpoint", "PrefixAwareId"): "1.43.68",
+    ("InvokeEndpointWithResponseStream", "PrefixAwareId"): "1.43.68",
+}
+
+
+def member_since(service: str, operation: str, member: str) -> str:
+    """The first botocore release whose model of ``operation`` has ``member``.
+
+    A member not in :data:`MEMBER_SINCE` came with the runtime's first model.
+    """
+    return MEMBER_SINCE.get((operation, member)) or MIN_BOTOCORE[service]
 
 
 @functools.cache

@@ -582,7 +582,7 @@ def _stream_headers(parts: object, members: tuple[object, ...]) -> list[tuple[st
             for name, wire_name in _STREAM_RESPONSE_HEADERS
             if name in upstream
         )
-    elif (attributes := members[_STREAM_ATTRIBUTES]) is not None:
+    elif _STREAM_ATTRIBUTES >= 0 and (attributes := members[_STREAM_ATTRIBUTES]) is not None:
         headers.append(("X-Amzn-SageMaker-Custom-Attributes", str(attributes)))
     return headers
 
