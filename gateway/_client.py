@@ -284,6 +284,7 @@ class Gateway:
     async def start(self) -> None:
         if self._started:
             return
+        self._runtimes.check_models()
         regions = {t.region for r in self._router.routes.values() for t in r.config.targets}
         region, url, region_urls, fetch = await asyncio.to_thread(
             self._targets.resolve_with_botocore, {r for r in regions if r}

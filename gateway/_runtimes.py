@@ -197,6 +197,11 @@ class RuntimeCalls:
         # Checked now, so a bad table fails the Gateway's construction, not its first call.
         self._gateway_routes = global_gateway_routes(gateway.config)
 
+    def check_models(self) -> None:
+        """Configured routes over a runtime need its model: ServiceModelUnavailable if absent."""
+        if self._gateway_routes:
+            service_model(GATEWAY_RUNTIME)
+
     def set_emit(self, emit: Emit | None) -> None:
         for runtime in self._runtimes.values():
             runtime.invoker.emit = emit

@@ -217,14 +217,21 @@ class TargetPlanner:
 
     def _router_endpoints(self, session: Any, region: str) -> dict[str, str]:
         """The inference router runtime's URL in each region a route's router target names."""
+        if self.service != SERVICE_NAME:
+            return {}
         routes = self.config.sections.get("routes")
-        regions = {
-            target.region or region
+        router_targets = [
+            target
             for route in (parse_routes(routes).values() if routes else ())
             for target in route.targets
-            if target.inference_router is not None and target.url is None
-        }
-        if not regions or self.service != SERVICE_NAME:
+            if target.inference_router is not None
+        ]
+        if router_targets:
+            # A route names an inference router: the installed botocore must have its
+            # model (ServiceModelUnavailable names the release), or no call could go there.
+            service_model(ROUTER_SERVICE)
+        regions = {target.region or region for target in router_targets if target.url is None}
+        if not regions:
             return {}
         urls = {r: self._botocore_endpoint(session, r, ROUTER_SERVICE) for r in regions}
         if self.config.endpoint_url and region in urls:

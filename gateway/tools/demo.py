@@ -44,7 +44,8 @@ from typing import Any
 
 import httpx
 
-from gateway import Gateway
+from gateway import Gateway, errors
+from gateway._aws.models import INFERENCE_ROUTER_RUNTIME, service_model
 from gateway.compat import SageMakerRuntimeClient, get_session
 from gateway.emulator import Emulator, EmulatorConfig, EmulatorProcess
 from gateway.rtb import BidFilter, FilterPolicy, load_bundled_spec, parse_bid_request
@@ -99,6 +100,25 @@ DEMO_ROUTES: dict[str, Any] = {
         "retry": {"max_attempts": 2},
     },
 }
+
+
+def router_lane_unavailable() -> str | None:
+    """Why the inference-router lane cannot run with the installed botocore (None: it can)."""
+    try:
+        service_model(INFERENCE_ROUTER_RUNTIME)
+    except errors.ServiceModelUnavailable as missing:
+        return str(missing)
+    return None
+
+
+def demo_routes(with_router: bool) -> dict[str, Any]:
+    """DEMO_ROUTES, without the inference-router target unless ``with_router``."""
+    if with_router:
+        return DEMO_ROUTES
+    routes = {name: dict(route) for name, route in DEMO_ROUTES.items()}
+    targets = routes["bid-filter"]["targets"]
+    routes["bid-filter"]["targets"] = [t for t in targets if "inference_router" not in t]
+    return routes
 
 
 def demo_emulator_config(seed: int = 7) -> EmulatorConfig:
@@ -260,7 +280,11 @@ async def _progress(
 
 
 def _build_gateway(
-    emulator_url: str, redis_url: str | None, bidder_url: str, threshold: float
+    emulator_url: str,
+    redis_url: str | None,
+    bidder_url: str,
+    threshold: float,
+    with_router: bool = True,
 ) -> Gateway:
     cache: dict[str, Any] = {"namespace": "demo", "ttl_s": 300}
     if redis_url:
@@ -274,7 +298,7 @@ def _build_gateway(
                 "secret_access_key": CREDENTIALS[1],
             },
             "pool": {"max_connections": 64, "prewarm": 8},
-            "routes": DEMO_ROUTES,
+            "routes": demo_routes(with_router),
             "cache": cache,
             # The sidecar's OpenRTB proxy: 204 for dropped requests, kept ones to the bidder.
             "rtb": {"bidders": [bidder_url], "endpoint": "bid-filter", "threshold": threshold},
@@ -299,6 +323,9 @@ async def _run(args: argparse.Namespace) -> int:
     duration: float = args.duration
     print("sagemaker-gateway demo: the RTB pre-filter on the built-in SageMaker emulator")
     print("  starting the emulator (own process) and generating synthetic OpenRTB traffic ...")
+    skipped = router_lane_unavailable()
+    if skipped is not None:
+        print(f"  the inference-router lane is skipped: {skipped}")
     emulator_task = asyncio.create_task(
         asyncio.to_thread(Emulator.start_subprocess, demo_emulator_config())
     )
@@ -333,7 +360,8 @@ async def _replay(
     bidder: ToyBidder,
     bidder_url: str,
 ) -> None:
-    gateway = _build_gateway(emulator.url, args.redis, bidder_url, args.threshold)
+    with_router = router_lane_unavailable() is None
+    gateway = _build_gateway(emulator.url, args.redis, bidder_url, args.threshold, with_router)
     gateway.enable_metrics()  # the summary reads this hook's counters
     rtb, lane, proxy = _RtbLane(), _SidecarLane(), _ProxyLane()
     async with gateway, Sidecar(gateway, "127.0.0.1", 0) as sidecar:
@@ -521,6 +549,10 @@ def _summary(
         total = max(sum(attempts.values()), 1)
         shares = "   ".join(f"{t} {n / total:.1%}" for t, n in sorted(attempts.items()))
         print(f"  per-target share:  {route}: {shares}")
+    if router_lane_unavailable() is not None:
+        print("  inference router:  skipped (this botocore has no model of its runtime)")
+        _hedge_and_retry_summary(gateway)
+        return
     routed = _router_stats(emulator_stats)
     total_routed = max(sum(routed.values()), 1)
     reasons = Counter[str]()
@@ -536,6 +568,11 @@ def _summary(
         destinations[f"{name} ({region})"] += count
     picked = "   ".join(f"{d} {n / total_routed:.1%}" for d, n in sorted(destinations.items()))
     print(f"  router picked:     {picked or '-'}")
+    _hedge_and_retry_summary(gateway)
+
+
+def _hedge_and_retry_summary(gateway: Gateway) -> None:
+    metrics = gateway.metrics
     hedges = metrics.hedges.get("bid-filter", 0)
     calls = sum(m.calls for (name, _), m in metrics.targets.items() if name == "bid-filter")
     print(
@@ -543,10 +580,10 @@ def _summary(
         f"{metrics.hedge_wins.get('bid-filter', 0):,} won"
     )
     retries = sum(metrics.retries.values())
-    errors = Counter[str]()
+    upstream_errors = Counter[str]()
     for target in metrics.targets.values():
-        errors.update(target.errors)
-    print(f"  retries:           {retries:,} (upstream errors: {dict(errors) or 'none'})")
+        upstream_errors.update(target.errors)
+    print(f"  retries:           {retries:,} (upstream errors: {dict(upstream_errors) or 'none'})")
 
 
 def _proxy_summary(proxy: _ProxyLane, bidder: ToyBidder) -> None:
