@@ -162,11 +162,12 @@ new_event: Final = tuple.__new__
 class _Race:
     """Shared by a call's primary attempt and its hedge."""
 
-    __slots__ = ("caller", "hedge_result", "hedge_task", "primary_done", "woke_caller")
+    __slots__ = ("backup", "caller", "hedge_result", "hedge_task", "primary_done", "woke_caller")
 
     def __init__(self, caller: asyncio.Task[object]) -> None:
         self.caller = caller
         self.hedge_task: asyncio.Task[InvokeResult | None] | None = None
+        self.backup: TargetState | None = None  # the hedge's target, once it is sent
         self.hedge_result: InvokeResult | None = None
         self.primary_done = False
         self.woke_caller = False
@@ -501,6 +502,7 @@ class Invoker:
         if backup is None:
             return None
         call.hedged = True
+        race.backup = backup
         emit = self.emit
         if emit is not None:
             emit(HedgeFired(route.name, backup.key, delay))
@@ -530,7 +532,9 @@ class Invoker:
         try:
             result = await task
         except errors.GatewayError as hedge_error:
-            return await self._after_failure(call, hedge_error, [primary])
+            backup = race.backup
+            tried = [primary] if backup is None or backup is primary else [primary, backup]
+            return await self._after_failure(call, hedge_error, tried)
         if result is None:  # the hedge stood down without sending anything
             return await self._after_failure(call, error, [primary])
         return self._stamp(call, result)

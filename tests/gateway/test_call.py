@@ -367,3 +367,29 @@ async def test_a_retry_elsewhere_never_outlives_the_deadline(
             await gateway.invoke(ROUTE, b"row", timeout=0.2)
         assert time.monotonic() - started < 0.2  # no wait for a retry that cannot fit
     assert len(transport.sent) == 1
+
+
+async def test_a_retry_after_a_failed_hedge_goes_to_neither_target_it_tried(
+    transport: ScriptedTransport,
+) -> None:
+    targets = [{"endpoint": name} for name in ("a", "b", "c")]
+    hedge = {"enabled": True, "min_delay_ms": 1, "max_extra_load": 0.5, "quantile": 0.5}
+    retry = {"max_attempts": 3, "backoff_base_ms": 0, "backoff_max_ms": 0}
+    async for gateway in _gateway(transport, targets=targets, hedge=hedge, retry=retry):
+        route = gateway.route(ROUTE)
+        for _ in range(200):  # the hedge delay at its 1 ms floor, as in hedging_gw
+            route.observe_superseded(time.monotonic() - 0.0002)
+        for _ in range(6):
+            await gateway.invoke(ROUTE, b"warm-up")
+        transport.sent.clear()
+        primary = transport.on_any().hold()
+        hedge_attempt = transport.on_any().hold()
+        call = asyncio.ensure_future(gateway.invoke(ROUTE, b"row"))
+        await _until_started(primary)
+        await _until_started(hedge_attempt)
+        hedge_attempt.fail(errors.ValidationError(_MISSING, status=400))
+        await asyncio.sleep(0)
+        primary.fail(errors.ValidationError(_MISSING, status=400))
+        result = await call
+    assert len({sent.endpoint for sent in transport.sent}) == 3
+    assert result.target == transport.sent[2].endpoint
