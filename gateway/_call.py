@@ -20,14 +20,17 @@ the transport only moves bytes. The rules this module keeps:
    first answer wins and the other attempt is cancelled (the transport never
    reuses a connection left mid-response). A fast failure never wins while
    another attempt is still running.
-5. Only ``GatewayError``s marked ``retryable`` are retried, within the
+5. Only ``GatewayError``s marked ``retryable`` are retried, and answers
+   about the target itself (``about_target``: its endpoint not found, its
+   model failing) on a target the call has not tried, all within the
    route's retry budget, ``max_attempts`` and the deadline; a retryable
    error that outlives the deadline is reported as ``DeadlineExceeded``.
    An answer's ``Retry-After`` cools its target down (``Route.cool_down``):
    the retry goes elsewhere, or waits for it only if the wait fits the deadline.
 6. Every attempt is recorded exactly once, by :func:`record`: its outcome
-   for the target's health, and an ``AttemptFinished`` event when a hook
-   listens.
+   for the target's health (``outcome_of``: the target's state counts
+   against it, the caller's mistake against no target), and an
+   ``AttemptFinished`` event when a hook listens.
 
 The success path without hedging is a plain ``await`` of one attempt. A
 hedge costs a task only when it actually fires: the primary attempt keeps
@@ -87,6 +90,7 @@ from gateway.routing import Outcome, Route, TargetState
 __all__ = [
     "CallSpec",
     "Invoker",
+    "about_target",
     "emit_cached_call",
     "new_event",
     "observed_call",
@@ -158,11 +162,12 @@ new_event: Final = tuple.__new__
 class _Race:
     """Shared by a call's primary attempt and its hedge."""
 
-    __slots__ = ("caller", "hedge_result", "hedge_task", "primary_done", "woke_caller")
+    __slots__ = ("backup", "caller", "hedge_result", "hedge_task", "primary_done", "woke_caller")
 
     def __init__(self, caller: asyncio.Task[object]) -> None:
         self.caller = caller
         self.hedge_task: asyncio.Task[InvokeResult | None] | None = None
+        self.backup: TargetState | None = None  # the hedge's target, once it is sent
         self.hedge_result: InvokeResult | None = None
         self.primary_done = False
         self.woke_caller = False
@@ -175,13 +180,45 @@ def outcome_of(error: BaseException) -> Outcome:
     ):
         # The request never left: a full pool is nobody's failure but the pool's.
         return _CANCELLED
-    if isinstance(error, errors.ModelNotReady):
-        return _NEUTRAL  # the model is loading there; the endpoint is fine
     if isinstance(error, errors.ServiceError):
-        return _FAILURE if error.retryable else _NEUTRAL
+        return _FAILURE if error.retryable or about_target(error) else _NEUTRAL
     if isinstance(error, errors.TransportError | errors.TimeoutError):
         return _FAILURE
     return _NEUTRAL
+
+
+# The messages of an answer saying the target's endpoint (or inference router, or
+# routing target) does not exist: deleted, misspelt in the route, in another account.
+_MISSING: Final = ("Endpoint ", "Inference router ", "Routing target ")
+_ACCESS_DENIED: Final = "AccessDeniedException"
+# The origin of a Global Inference Gateway's own errors (not its inference gateway's).
+_GLOBAL_GATEWAY: Final = "Global Inference Gateway"
+
+
+def about_target(error: errors.ServiceError) -> bool:
+    """Whether an error answer tells of the target's own state, not the caller's mistake.
+
+    An answer any target would give (a malformed body, a bad member, a model that
+    refused the input) is the caller's; these are the target's, and count against
+    it as a server fault does: its endpoint not found, its model failing (a 424
+    whose container answered 5xx, or none) or not ready, access to it denied.
+    """
+    if isinstance(error, errors.ModelNotReady):
+        return True
+    if isinstance(error, errors.ModelError):
+        status = error.original_status_code
+        return status is None or status >= 500
+    origin = error.origin
+    if error.code == _ACCESS_DENIED or isinstance(error, errors.AccessDenied):
+        # An inference gateway behind a Global Inference Gateway refusing the
+        # caller's identity token is the caller's; the rest refuse our credentials.
+        return origin is None or origin == _GLOBAL_GATEWAY
+    if isinstance(error, errors.ResourceNotFound):
+        return origin == _GLOBAL_GATEWAY  # the gateway itself, not the body's model
+    if isinstance(error, errors.ValidationError):
+        message = error.message
+        return message.startswith(_MISSING) and "not found" in message
+    return False
 
 
 def _retrieve(task: asyncio.Task[InvokeResult | None]) -> None:
@@ -465,6 +502,7 @@ class Invoker:
         if backup is None:
             return None
         call.hedged = True
+        race.backup = backup
         emit = self.emit
         if emit is not None:
             emit(HedgeFired(route.name, backup.key, delay))
@@ -494,7 +532,9 @@ class Invoker:
         try:
             result = await task
         except errors.GatewayError as hedge_error:
-            return await self._after_failure(call, hedge_error, [primary])
+            backup = race.backup
+            tried = [primary] if backup is None or backup is primary else [primary, backup]
+            return await self._after_failure(call, hedge_error, tried)
         if result is None:  # the hedge stood down without sending anything
             return await self._after_failure(call, error, [primary])
         return self._stamp(call, result)
@@ -504,11 +544,17 @@ class Invoker:
     async def _after_failure(
         self, call: CallSpec, error: errors.GatewayError, tried: list[TargetState]
     ) -> InvokeResult:
-        """Retry within the budget and the deadline, elsewhere when possible."""
-        if not error.retryable:
-            raise self._final(call, error)
+        """Retry within the budget and the deadline, elsewhere when possible.
+
+        A retryable error may be retried on the same target when no other is left
+        (an endpoint has several instances); an answer about the target itself
+        (``about_target``) only on a target the call has not tried.
+        """
         route = call.route
+        if not _worth_retrying(error, route, tried):
+            raise self._final(call, error)
         first_error = error
+        last: errors.GatewayError = error
 
         def stop(state: RetryCallState) -> bool:
             remaining = call.deadline - time.monotonic()
@@ -535,7 +581,9 @@ class Invoker:
             stop=stop,
             wait=wait,
             retry=retry_if_exception(
-                lambda exc: isinstance(exc, errors.GatewayError) and exc.retryable
+                lambda exc: (
+                    isinstance(exc, errors.GatewayError) and _worth_retrying(exc, route, tried)
+                )
             ),
             reraise=True,
         )
@@ -544,17 +592,25 @@ class Invoker:
                 with attempt:
                     if attempt.retry_state.attempt_number == 1:
                         raise first_error  # already happened; lets tenacity decide
-                    return await self._retry_once(call, tried)
+                    try:
+                        return await self._retry_once(call, tried, last)
+                    except errors.GatewayError as failure:
+                        last = failure
+                        raise
         except errors.GatewayError as final:
             raise self._final(call, final) from None
         raise AssertionError("unreachable: tenacity either returns or raises")
 
-    async def _retry_once(self, call: CallSpec, tried: list[TargetState]) -> InvokeResult:
+    async def _retry_once(
+        self, call: CallSpec, tried: list[TargetState], last: errors.GatewayError
+    ) -> InvokeResult:
         if time.monotonic() >= call.deadline:
             raise errors.DeadlineExceeded("the call's deadline passed before a retry")
         route = call.route
-        state = route.pick(call.model, exclude=tried, reuse_excluded=True)
+        state = route.pick(call.model, exclude=tried, reuse_excluded=last.retryable)
         if state is None:
+            if not last.retryable:
+                raise last  # its target's state: the untried target left while we waited
             raise errors.NoHealthyTarget(f"route {route.name}: no target left to retry on")
         tried.append(state)
         started = route.start_backup(state)
@@ -683,6 +739,13 @@ class Invoker:
         except errors.GatewayError:
             return False
         return response.status == 200
+
+
+def _worth_retrying(error: errors.GatewayError, route: Route, tried: list[TargetState]) -> bool:
+    """A retryable error anywhere; an answer about its target on a target not yet tried."""
+    if error.retryable:
+        return True
+    return isinstance(error, errors.ServiceError) and about_target(error) and route.untried(tried)
 
 
 def _check_deadline(deadline: float) -> None:

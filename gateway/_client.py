@@ -72,13 +72,7 @@ from gateway._streaming import InvokeStream, payload_parts
 from gateway._target_plans import TargetPlanner
 from gateway._tracing import tracing_hook
 from gateway.cache import CacheConfig, PredictionCache
-from gateway.routing import (
-    Route,
-    RouteConfig,
-    Router,
-    TargetHealth,
-    TargetState,
-)
+from gateway.routing import Route, Router, TargetState
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -545,10 +539,12 @@ class Gateway:
         A route never ejects its last targets (never all of them, never a lone
         one), so ejection alone would never show a route whose every target
         fails: a target that has failed as many calls in a row as would eject
-        it counts as down too, until a success.
+        it counts as down too, until a success (``Route.target_up``). Failures
+        are its own state: its endpoint not found or its model failing count,
+        a caller's malformed request does not.
         """
         return {
-            name: any(_target_up(t, route.config) for t in route.targets)
+            name: any(route.target_up(t) for t in route.targets)
             for name, route in self._router.routes.items()
         }
 
@@ -827,9 +823,3 @@ class Gateway:
     ) -> RuntimeStream:
         """``invoke_global_gateway_stream`` with the members as one tuple (signing order)."""
         return self._runtimes.invoke_stream(gateway_id, body, members, timeout, user_agent)
-
-
-def _target_up(target: TargetState, config: RouteConfig) -> bool:
-    if target.state is TargetHealth.EJECTED:
-        return False
-    return target.consecutive_failures < config.ejection.consecutive_failures

@@ -13,7 +13,7 @@ from typing import Any
 
 from gateway._metrics import GatewayMetrics
 from gateway.cache import PredictionCache
-from gateway.routing import Router, TargetHealth
+from gateway.routing import Router
 
 __all__ = ["gateway_collector", "gateway_metrics", "route_and_cache_families"]
 
@@ -40,12 +40,12 @@ def route_and_cache_families(router: Router, cache: PredictionCache | None) -> I
     # Configured routes only: their count is fixed by the config file.
     state = GaugeMetricFamily(
         "sagemaker_gateway_target_healthy",
-        "1 when the target takes traffic",
+        "1 when the target takes traffic and is not failing every call",
         labels=["route", "target"],
     )
     for name, route in router.routes.items():
         for target in route.targets:
-            state.add_metric([name, target.key], float(target.state is TargetHealth.HEALTHY))
+            state.add_metric([name, target.key], float(route.target_up(target)))
     yield state
     if cache is not None:
         stats = cache.stats

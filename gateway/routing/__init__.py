@@ -21,8 +21,12 @@ invoke, with a hedge and a retry, drives a route like this::
         retry = route.pick(target_model, exclude=(target,), reuse_excluded=True)
         retry_started = route.start_backup(retry)
 
-A 400/424 answer is ``Outcome.NEUTRAL``: it completed, but says nothing
-about the target's health.
+Only a success is a latency sample. ``Outcome.FAILURE`` is the target's own
+state (a server fault, its endpoint not found, its model failing): it counts
+toward ejection and can only raise the target's cost, so a target that fails
+fast never draws calls for it. ``Outcome.NEUTRAL`` is the caller's mistake (a
+malformed body): any target would answer the same, so it counts against none.
+``Route.target_up`` says which targets count as healthy for readiness.
 """
 
 from gateway.errors import ConfigError

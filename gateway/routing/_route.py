@@ -54,6 +54,10 @@ _MIN_SAMPLE_S = 1e-6
 # costs 0 while idle (so it is tried at once) and a lot while its first
 # request is out (so it is not flooded before we know how fast it is).
 _UNSAMPLED_PENALTY_S = 1e3
+# A failure before the route has any latency to compare it with counts as this
+# slow: slow for real-time inference, and a target that answers slower still
+# shows it with its first answer, after which failures count against that.
+_UNKNOWN_FAILURE_S = 0.1
 # At most this many targets are scanned; above it, power of two choices.
 _FULL_SCAN_MAX = 4
 # Hedge delay before the window holds enough samples to find the tail:
@@ -68,8 +72,6 @@ _EJECTED = TargetHealth.EJECTED
 _PROBING = TargetHealth.PROBING
 _SUCCESS = Outcome.SUCCESS
 _FAILURE = Outcome.FAILURE
-_NEUTRAL = Outcome.NEUTRAL
-_CANCELLED = Outcome.CANCELLED
 _exp = math.exp
 
 
@@ -464,23 +466,50 @@ class Route:
         return self._clock()
 
     def finish(self, target: TargetState, started_at: float, outcome: Outcome) -> None:
-        """Record how an attempt started with ``start``/``start_backup`` ended."""
+        """Record how an attempt started with ``start``/``start_backup`` ended.
+
+        Only a success is a latency sample. A failure counts toward ejection and
+        can only raise the target's cost; a neutral answer (the caller's mistake)
+        and a cancelled attempt leave the target as it was.
+        """
         now = self._clock()
         target.end()
-        if outcome is _CANCELLED:
+        if outcome is not _SUCCESS:
+            if outcome is _FAILURE:
+                self._record_failure(target, max(now - started_at, _MIN_SAMPLE_S), now)
             return
         elapsed = now - started_at
         if elapsed < _MIN_SAMPLE_S:
             elapsed = _MIN_SAMPLE_S
-        if outcome is _FAILURE:
-            self._record_failure(target, elapsed, now)
-            return
-        # SUCCESS or NEUTRAL: the target answered; only its latency matters.
         target.record_answer(elapsed, now, self._window_s)
         if self._latency is not None:
             self._latency.record(elapsed, now)
         if target._state is not _HEALTHY:
             self._on_late_success(target, elapsed, now)
+
+    def target_up(self, target: TargetState) -> bool:
+        """Whether ``target`` counts as healthy for readiness and monitoring: in
+        rotation (neither ejected nor probing), and not failing as many calls in a
+        row as would eject it.
+
+        Ejection never takes a route's last targets (never all of them, never a
+        lone one), so ejection alone would never show a route whose every target
+        fails; the failure streak does, until a success.
+        """
+        return (
+            target._state is _HEALTHY
+            and target._consecutive_failures < self._config.ejection.consecutive_failures
+        )
+
+    def untried(self, exclude: Collection[TargetState]) -> bool:
+        """Whether a target outside ``exclude`` takes traffic now (up, or an idle
+        probe): where a retry can go that must not return to a target it tried."""
+        now = self._clock()
+        if now >= self._next_wake:
+            self._wake(now)
+        if any(state not in exclude for state in self._healthy):
+            return True
+        return _idle_probe(self._probing, exclude) is not None
 
     # --- hedging -----------------------------------------------------------
 
@@ -735,8 +764,21 @@ class Route:
     # --- internals: health -------------------------------------------------
 
     def _record_failure(self, target: TargetState, elapsed: float, now: float) -> None:
-        target.record_failed_latency(elapsed, now)
+        target.record_failed_latency(elapsed, now, self._failure_floor(target))
         self._count_failure(target, now)
+
+    def _failure_floor(self, target: TargetState) -> float:
+        """The least a failure of ``target`` counts as: the fastest latency of the
+        route's other up targets, so a failing target never looks cheaper than one
+        that answers (peak-EWMA would send it more calls for failing fast)."""
+        fastest = math.inf
+        for state in self._healthy:
+            ewma = state._ewma
+            if ewma and ewma < fastest and state is not target:
+                fastest = ewma
+        if fastest < math.inf:
+            return fastest
+        return 0.0 if target._ewma else _UNKNOWN_FAILURE_S
 
     def _count_failure(self, target: TargetState, now: float) -> None:
         health = target._state

@@ -15,9 +15,10 @@ __all__ = ["INV_TAU", "Outcome", "TargetHealth", "TargetState"]
 # Peak-EWMA time constant (Finagle and Linkerd use 10 s).
 _TAU_S = 10.0
 INV_TAU = 1.0 / _TAU_S
-# A failure counts as a sample at least this many times the current EWMA,
-# so traffic drains from a failing target before ejection kicks in; capped
-# so a long failure streak cannot push the cost to infinity.
+# A failure counts as a sample at least this many times the current EWMA (and
+# the route's fastest answering target's, see Route.finish), so traffic drains
+# from a failing target before ejection kicks in; capped so a long failure
+# streak cannot push the cost to infinity.
 _FAILURE_PENALTY = 2.0
 _MAX_EWMA_S = 60.0
 _exp = math.exp
@@ -28,10 +29,14 @@ class Outcome(enum.Enum):
 
     #: A response arrived and the call succeeded: latency recorded.
     SUCCESS = "success"
-    #: A server or transport fault (5xx, reset, timeout): counts toward ejection.
+    #: The target's own state failed the attempt: a server or transport fault
+    #: (5xx, reset, timeout), or an answer about the target itself (its endpoint
+    #: not found, its model failing or not ready, access to it denied). Counts
+    #: toward ejection; its latency can only raise the target's cost.
     FAILURE = "failure"
-    #: A request-level error (400 validation, 424 model error): the target did
-    #: its job, so latency is recorded and health is not affected.
+    #: The caller's mistake (a malformed body, a bad member): any target would
+    #: have answered the same, so it counts against none. No latency sample
+    #: either: an error answer is no measure of how fast the target serves.
     NEUTRAL = "neutral"
     #: Cancelled by the caller, or a hedge that lost the race: no latency
     #: sample and never a failure (the target did nothing wrong).
@@ -152,7 +157,7 @@ class TargetState:
         self._outstanding -= 1
 
     def record_answer(self, elapsed: float, now: float, window_s: float) -> None:
-        """An answer (success or a request-level error): its latency, and a success counted."""
+        """A successful answer: its latency, and a success counted."""
         ewma = self._ewma
         if elapsed >= ewma:
             self._ewma = elapsed  # the "peak" in peak EWMA: rise at once
@@ -165,9 +170,13 @@ class TargetState:
             self._roll_window(now, window_s)
         self._window_successes += 1
 
-    def record_failed_latency(self, elapsed: float, now: float) -> None:
-        """A failure's latency: it can only raise the EWMA (a fast failure is no fast target)."""
-        sample = max(elapsed, self._ewma * _FAILURE_PENALTY)
+    def record_failed_latency(self, elapsed: float, now: float, floor: float) -> None:
+        """A failure's latency: it can only raise the EWMA (a fast failure is no fast target).
+
+        ``floor`` is the least latency the failure may count as, before the
+        penalty: the fastest latency the route knows of its other targets.
+        """
+        sample = max(elapsed, max(self._ewma, floor) * _FAILURE_PENALTY)
         self._ewma = sample if sample < _MAX_EWMA_S else _MAX_EWMA_S
         self._stamp = now
 

@@ -13,8 +13,12 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
+
+from gateway.emulator import Emulator, EmulatorConfig
+from gateway.sidecar import Sidecar
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS = ROOT / "deploy" / "prometheus"
@@ -162,3 +166,71 @@ def test_the_down_alert_matches_the_job_discovered_from_pod_annotations() -> Non
     ]
     assert f'job="{job["job_name"]}"' in test["input_series"][0]["series"]
     assert 'sagemaker_gateway_sidecar="true"' in test["input_series"][0]["series"]
+
+
+async def test_no_healthy_target_fires_on_a_sidecar_whose_route_has_every_target_failing(
+    promtool: str, tmp_path: Path
+) -> None:
+    """The rule, run on what a real sidecar exports: a route over a deleted endpoint
+    and a model that fails every call is down, a route next to it is not."""
+    endpoints = {"healthy": {}, "crashing": {"faults": {"error_rates": {"ModelError": 1.0}}}}
+    config = EmulatorConfig.from_dict(
+        {"auth": {"credentials": {"AK": "SK"}}, "endpoints": endpoints}
+    )
+    async with Emulator(config) as emulator:
+        sidecar_config = {
+            "region": "us-east-1",
+            "endpoint_url": emulator.url,
+            "credentials": {"access_key_id": "AK", "secret_access_key": "SK"},
+            "routes": {
+                "dead": {"targets": ["deleted-endpoint", "crashing"], "retry": {"max_attempts": 1}},
+                "live": {"targets": ["healthy"]},
+            },
+        }
+        async with (
+            Sidecar(sidecar_config, "127.0.0.1", 0) as sidecar,
+            httpx.AsyncClient(base_url=sidecar.url, timeout=10) as http,
+        ):
+            for _ in range(10):
+                await http.post("/endpoints/dead/invocations", content=b"x")
+            assert (await http.post("/endpoints/live/invocations", content=b"x")).status_code == 200
+            exposition = (await http.get("/metrics")).text
+
+    series = [
+        {
+            "series": line.split(" ")[0].replace("{", '{job="sidecar",', 1),
+            "values": f"{float(line.rsplit(' ', 1)[1]):g}x5",
+        }
+        for line in exposition.splitlines()
+        if line.startswith("sagemaker_gateway_target_healthy{")
+    ]
+    assert len(series) == 3
+    unit_test = {
+        "rule_files": [str(ALERTS)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [
+                    {
+                        "eval_time": "3m",
+                        "alertname": "SageMakerGatewayNoHealthyTarget",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {
+                                    "severity": "critical",
+                                    "job": "sidecar",
+                                    "route": "dead",
+                                },
+                                "exp_annotations": {"summary": "route dead has no healthy target"},
+                            }
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "no_healthy_target_test.yml"
+    path.write_text(yaml.safe_dump(unit_test))
+    assert "SUCCESS" in _run(promtool, "test", "rules", str(path))

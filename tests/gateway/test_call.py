@@ -19,6 +19,7 @@ from gateway._call import (
     _HEDGE_WON,
     _HEDGE_WON_SAME_TARGET,
     _PRIMARY_WON,
+    about_target,
     attempt_outcome,
     cancelled_outcome,
     outcome_of,
@@ -254,3 +255,141 @@ def test_an_attempt_cancelled_at_its_deadline_is_charged_to_its_target() -> None
     past = time.monotonic() - 0.001
     assert cancelled_outcome(asyncio.CancelledError(), PRIMARY, past) is Outcome.FAILURE
     assert cancelled_outcome(asyncio.CancelledError(), HEDGE, past) is Outcome.FAILURE
+
+
+# -- the caller's mistake or the target's state ---------------------------------------
+
+_MISSING = "Endpoint a of account 123456789012 not found."
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        errors.ValidationError(_MISSING, status=400),
+        errors.ValidationError("Inference router r of account 123456789012 not found."),
+        errors.ValidationError("Routing target t not found in inference router r."),
+        errors.ModelError("Received server error (500) from primary", original_status_code=500),
+        errors.ModelError("the model container failed", status=424),
+        errors.ModelNotReady("Model is not ready yet."),
+        errors.SignatureError("User: x is not authorized", code="AccessDeniedException"),
+        errors.AccessDenied("not authorized to invoke the inference router"),
+        errors.AccessDenied(
+            "Global Inference Gateway: the caller is not authorized",
+            origin="Global Inference Gateway",
+        ),
+        errors.ResourceNotFound(
+            "Global Inference Gateway: gateway g not found", origin="Global Inference Gateway"
+        ),
+    ],
+)
+def test_an_answer_about_the_target_counts_against_it(error: errors.ServiceError) -> None:
+    assert about_target(error)
+    assert outcome_of(error) is Outcome.FAILURE
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        errors.ValidationError("1 validation error detected: Value at 'body'"),
+        errors.ValidationError("Variant blue not found for endpoint a."),
+        errors.ModelError("Received client error (400) from primary", original_status_code=400),
+        errors.InvalidRequest("a header value with a newline"),
+        errors.PayloadTooLarge("the body is over 6 MB"),
+        errors.SignatureError("The request signature we calculated does not match"),
+        errors.AccessDenied(
+            "inference gateway: 401 invalid customer identity token", origin="inference gateway"
+        ),
+        errors.ResourceNotFound(
+            "inference gateway: 404 model not found", origin="inference gateway"
+        ),
+    ],
+)
+def test_the_callers_mistake_counts_against_no_target(error: errors.GatewayError) -> None:
+    if isinstance(error, errors.ServiceError):
+        assert not about_target(error)
+    assert outcome_of(error) is Outcome.NEUTRAL
+
+
+async def test_an_endpoint_not_found_is_retried_on_the_other_target(
+    gw: Gateway, transport: ScriptedTransport
+) -> None:
+    transport.on_any().error(400, "ValidationError", _MISSING)
+    result = await gw.invoke(ROUTE, b"row")
+    assert result.attempts == 2
+    first, second = (sent.endpoint for sent in transport.sent)
+    assert second == _other(first)
+    state = next(t for t in gw.route(ROUTE).targets if t.key == first)
+    assert state.consecutive_failures == 1
+
+
+async def test_an_answer_about_the_target_is_never_retried_on_that_target(
+    transport: ScriptedTransport,
+) -> None:
+    transport.on_any().error(424, "ModelError", "the model crashed")
+    async with Gateway(
+        "us-east-1",
+        endpoint_url="http://scripted.invalid",
+        credentials=("AKIDSCRIPTED", "scripted-secret"),
+        transport=transport,
+    ) as gateway:
+        # A bare endpoint name: a route of one target, nowhere else to go.
+        with pytest.raises(errors.ModelError) as caught:
+            await gateway.invoke("solo", b"row")
+    assert caught.value.attempts == 1
+    assert len(transport.sent) == 1
+
+
+@pytest.mark.parametrize(
+    "retry",
+    [
+        {"max_attempts": 1},
+        {"max_attempts": 3, "budget_ratio": 0.0, "min_per_second": 0.0},
+    ],
+)
+async def test_a_retry_elsewhere_spends_the_retry_limits(
+    transport: ScriptedTransport, retry: dict[str, float]
+) -> None:
+    transport.on_any().error(400, "ValidationError", _MISSING)
+    async for gateway in _gateway(transport, retry=retry):
+        with pytest.raises(errors.ValidationError):
+            await gateway.invoke(ROUTE, b"row")
+    assert len(transport.sent) == 1
+
+
+async def test_a_retry_elsewhere_never_outlives_the_deadline(
+    transport: ScriptedTransport,
+) -> None:
+    transport.on_any().error(400, "ValidationError", _MISSING)
+    slow_backoff = {"max_attempts": 3, "backoff_base_ms": 500, "backoff_max_ms": 500}
+    async for gateway in _gateway(transport, retry=slow_backoff):
+        started = time.monotonic()
+        with pytest.raises(errors.ValidationError):
+            await gateway.invoke(ROUTE, b"row", timeout=0.2)
+        assert time.monotonic() - started < 0.2  # no wait for a retry that cannot fit
+    assert len(transport.sent) == 1
+
+
+async def test_a_retry_after_a_failed_hedge_goes_to_neither_target_it_tried(
+    transport: ScriptedTransport,
+) -> None:
+    targets = [{"endpoint": name} for name in ("a", "b", "c")]
+    hedge = {"enabled": True, "min_delay_ms": 1, "max_extra_load": 0.5, "quantile": 0.5}
+    retry = {"max_attempts": 3, "backoff_base_ms": 0, "backoff_max_ms": 0}
+    async for gateway in _gateway(transport, targets=targets, hedge=hedge, retry=retry):
+        route = gateway.route(ROUTE)
+        for _ in range(200):  # the hedge delay at its 1 ms floor, as in hedging_gw
+            route.observe_superseded(time.monotonic() - 0.0002)
+        for _ in range(6):
+            await gateway.invoke(ROUTE, b"warm-up")
+        transport.sent.clear()
+        primary = transport.on_any().hold()
+        hedge_attempt = transport.on_any().hold()
+        call = asyncio.ensure_future(gateway.invoke(ROUTE, b"row"))
+        await _until_started(primary)
+        await _until_started(hedge_attempt)
+        hedge_attempt.fail(errors.ValidationError(_MISSING, status=400))
+        await asyncio.sleep(0)
+        primary.fail(errors.ValidationError(_MISSING, status=400))
+        result = await call
+    assert len({sent.endpoint for sent in transport.sent}) == 3
+    assert result.target == transport.sent[2].endpoint

@@ -110,15 +110,16 @@ async def test_all_targets_failing_gives_a_clear_error_within_the_deadline(
     assert emulator.stats.count(endpoint="a") + emulator.stats.count(endpoint="b") == 3
 
 
-async def test_non_retryable_errors_are_not_retried(emulator: Emulator) -> None:
-    emulator.set_faults("a", error_rates={"ModelError": 1.0})
-    emulator.set_faults("b", error_rates={"ModelError": 1.0})
+async def test_the_callers_mistakes_are_not_retried(emulator: Emulator) -> None:
+    emulator.set_faults("a", error_rates={"ValidationError": 1.0})
+    emulator.set_faults("b", error_rates={"ValidationError": 1.0})
     route = _route("a", "b", retry={"max_attempts": 3, "budget_ratio": 1.0, "min_per_second": 50})
     async with _gateway(emulator, {"pair": route}) as gw:
-        with pytest.raises(errors.ModelError):
+        with pytest.raises(errors.ValidationError):
             await gw.invoke("pair", b"x", timeout=2)
-        # A model error says nothing about the endpoint's health.
-        assert all(t.state is TargetHealth.HEALTHY for t in gw.route("pair").targets)
+        # Every target would refuse it: it counts against none.
+        live = gw.route("pair")
+        assert all(t.consecutive_failures == 0 and live.target_up(t) for t in live.targets)
     assert emulator.stats.count(endpoint="a") + emulator.stats.count(endpoint="b") == 1
 
 
@@ -129,7 +130,9 @@ async def test_model_not_ready_moves_the_call_to_another_target(emulator: Emulat
         for _ in range(20):
             assert (await gw.invoke("pair", b"x", timeout=2)).target == "b"
         a_state = next(t for t in gw.route("pair").targets if t.key.startswith("a"))
-        assert a_state.state is TargetHealth.HEALTHY  # loading is not sickness
+        # Not ready is its state: it counts against it, and the balancer avoids it.
+        assert a_state.consecutive_failures >= 1
+        assert emulator.stats.count(endpoint="a") < 5
 
 
 async def test_retry_budget_holds_under_a_burst_of_failures(emulator: Emulator) -> None:

@@ -45,7 +45,7 @@ def test_a_success_resets_the_consecutive_count() -> None:
     assert e0.consecutive_failures == 4
 
 
-def test_neutral_outcomes_are_not_failures() -> None:
+def test_neutral_outcomes_count_against_no_target() -> None:
     clock = FakeClock()
     route = make_route(2, clock)
     e0 = route.targets[0]
@@ -54,7 +54,15 @@ def test_neutral_outcomes_are_not_failures() -> None:
         call(route, clock, 0.002, Outcome.NEUTRAL, target=e0)
 
     assert e0.state is TargetHealth.HEALTHY
-    assert e0.ewma_ms == pytest.approx(2.0)
+    assert e0.ewma_ms == 0.0  # an error answer is no latency sample
+    assert route.target_up(e0)
+
+    # Nor does a caller's mistake end a failure streak: the target is as it was.
+    fail(route, clock, e0, times=4)
+    call(route, clock, 0.002, Outcome.NEUTRAL, target=e0)
+    assert e0.consecutive_failures == 4
+    fail(route, clock, e0)
+    assert e0.state is TargetHealth.EJECTED
 
 
 def test_cancelled_outcomes_never_count() -> None:
