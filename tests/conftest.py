@@ -7,9 +7,15 @@ import os
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from gateway._build import build_kind, stale_modules
 from tests._redis_procs import RedisServer, shared_redis_available
+
+# Generated inputs are checked for what they find, not for how fast this machine makes
+# them: under a loaded CI run, the time a strategy takes says nothing about the code.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

@@ -215,9 +215,10 @@ def run_stage_once(stage: Stage, stage_root: Path, stage_roots: dict[str, Path])
     return image
 
 
-def prebuilt_stage(stage: Stage) -> Path | None:
-    """The stage as ``python -m tests.deploy._docker`` built it, if asked for and still current."""
-    directory = os.environ.get(BUILD_STAGE_ENV)
+def prebuilt_stage(stage: Stage, directory: Path | str | None = None) -> Path | None:
+    """The stage as built into ``directory`` (by default the one ``python -m
+    tests.deploy._docker`` built, if asked for), if it is there and still current."""
+    directory = directory or os.environ.get(BUILD_STAGE_ENV)
     if not directory:
         return None
     stage_root = Path(directory) / f"stage-{stage.name}"

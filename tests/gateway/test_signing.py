@@ -75,7 +75,10 @@ def botocore_sign(
     return request
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(
     endpoint=endpoint_names,
     chosen=st.lists(st.sampled_from(SAGEMAKER_HEADERS), unique=True, max_size=6),
@@ -161,7 +164,10 @@ def test_repeated_headers_and_unsigned_ones(monkeypatch: pytest.MonkeyPatch) -> 
     assert "user-agent" not in authorization and "x-amzn-trace-id" not in authorization
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(endpoint=endpoint_names, body=st.binary(max_size=100), token=tokens, when=dates)
 def test_matches_aws_requests_auth(
     monkeypatch: pytest.MonkeyPatch,
