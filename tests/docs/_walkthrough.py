@@ -14,7 +14,7 @@ HTML comment on the line before its fence (invisible on the site):
 
 Steps run in a scratch folder holding a link to the checkout's ``examples/``, with
 ``python`` being the interpreter of the tests. Every loopback port a page names
-(``127.0.0.1:8080``) is replaced by a free one, the same one throughout the page.
+(``127.0.0.1:8080``) is replaced by a free one wherever the page mentions it.
 """
 
 from __future__ import annotations
@@ -188,7 +188,11 @@ class Walkthrough:
         self.log: list[str] = []
 
     def _localised(self, code: str) -> str:
-        return _PORT.sub(lambda match: self.ports[match[1]], code)
+        # Every mention of a port the page gives an address with (`--port 6379` too).
+        if not self.ports:
+            return code
+        mentioned = re.compile(r"\b(" + "|".join(self.ports) + r")\b")
+        return mentioned.sub(lambda match: self.ports[match[1]], code)
 
     def run(self) -> None:
         try:
