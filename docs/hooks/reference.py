@@ -156,7 +156,9 @@ def _toml(value: Any) -> str:
         return "{" + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + "}"
     if dataclasses.is_dataclass(value):
         fields = dataclasses.fields(value)
-        return "{ " + ", ".join(f"{f.name} = {_toml(getattr(value, f.name))}" for f in fields) + " }"
+        return (
+            "{ " + ", ".join(f"{f.name} = {_toml(getattr(value, f.name))}" for f in fields) + " }"
+        )
     return str(value)
 
 
@@ -182,9 +184,7 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(value)
 
 
-def _walk(
-    cls: type, table: str, env: str | None, inherited_env: bool = True
-) -> Iterator[Key]:
+def _walk(cls: type, table: str, env: str | None, inherited_env: bool = True) -> Iterator[Key]:
     from gateway import _config
     from gateway._config_reader import SECRET_KEYS
     from gateway._config_reader import _hints as hints_of
@@ -239,7 +239,9 @@ def _is_toml_kind(kind: Any) -> bool:
     if origin is Literal:
         return True
     if origin in (tuple, Mapping, dict):
-        return all(arg is Ellipsis or arg is Any or _is_toml_kind(arg) for arg in typing.get_args(kind))
+        return all(
+            arg is Ellipsis or arg is Any or _is_toml_kind(arg) for arg in typing.get_args(kind)
+        )
     return kind is Mapping
 
 
@@ -249,7 +251,9 @@ def config_keys(file: str = "gateway") -> list[Key]:
     for table in _tables()[file]:
         env = None
         if table.env:
-            parts = [part.upper() if part != "NAME" else "<NAME>" for part in table.prefix.split(".")]
+            parts = [
+                part.upper() if part != "NAME" else "<NAME>" for part in table.prefix.split(".")
+            ]
             env = "__".join(["SAGEMAKER_GATEWAY", *[part for part in parts if part]])
         keys.extend(_walk(table.cls, table.prefix, env))
     return keys
@@ -310,7 +314,7 @@ def config_table(file: str, prefix: str) -> str:
             env.append(f"`{name}_file`" + (f", `{key.env}_FILE`" if key.env else ""))
         where = f"<br>{' '.join(env)}" if env else ""
         rows.append(
-            f"| <code id=\"{_anchor(file, key.path)}\">{name}</code>{where} | {kind} | {default} "
+            f'| <code id="{_anchor(file, key.path)}">{name}</code>{where} | {kind} | {default} '
             f"| {_cell(meaning)} |"
         )
     return "\n".join(rows)
@@ -398,12 +402,13 @@ def metric_families() -> list[Family]:
     endpoint and an inference router target) and a prediction cache, and a Sidecar with
     the OpenRTB proxy; nothing is called or listened on.
     """
-    from prometheus_client.core import CollectorRegistry
 
     families: dict[str, Family] = {}
     for family in (f for registry in _collectors() for f in registry.collect()):
         declared = getattr(family, "_labelnames", ())
-        labels = sorted({*declared, *(label for sample in family.samples for label in sample.labels)})
+        labels = sorted(
+            {*declared, *(label for sample in family.samples for label in sample.labels)}
+        )
         labels = [label for label in labels if label not in {"le", "quantile"}]
         name = family.name
         if family.type == "counter":
@@ -499,9 +504,7 @@ def cli_flags() -> dict[str, list[str]]:
     """Each command's option strings."""
     return {
         command: [
-            option
-            for action in parser_of(*target)._actions
-            for option in action.option_strings
+            option for action in parser_of(*target)._actions for option in action.option_strings
         ]
         for command, target in COMMANDS.items()
     }
@@ -533,7 +536,9 @@ def cli_markdown() -> str:
             help_text = (action.help or "").replace("%(default)s", str(default))
             if action.choices:
                 help_text += f" (one of: {', '.join(map(str, action.choices))})"
-            anchor = command.split()[-1].replace(".", "-") + "-" + action.option_strings[-1].lstrip("-")
+            anchor = (
+                command.split()[-1].replace(".", "-") + "-" + action.option_strings[-1].lstrip("-")
+            )
             rows = f'| <span id="{anchor}"></span>{flags} | {shown} | {_cell(help_text)} |'
             out.append(rows)
         if parser.epilog:
