@@ -623,9 +623,9 @@ def _request_id(response: Response | StreamingResponse) -> str | None:
             return value
     if isinstance(response, Response):
         for line in response.head_lines.split(b"\r\n"):
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"x-amzn-requestid":
-                return value.strip().decode("latin-1")
+            field, _, raw = line.partition(b":")
+            if field.strip().lower() == b"x-amzn-requestid":
+                return raw.strip().decode("latin-1")
     return None
 
 
