@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import importlib
 import io
 import types
@@ -245,6 +246,7 @@ def _is_toml_kind(kind: Any) -> bool:
     return kind is Mapping
 
 
+@functools.cache
 def config_keys(file: str = "gateway") -> list[Key]:
     """Every key of a config file ("gateway" or "emulator"), in declaration order."""
     keys: list[Key] = []
@@ -263,6 +265,7 @@ def _sections_of(file: str) -> list[str]:
     return [table.prefix for table in _tables()[file]]
 
 
+@functools.cache
 def meanings() -> dict[str, dict[str, str]]:
     """``config_keys.yml``: per file, key path -> what it means (or {meaning, default})."""
     data: dict[str, dict[str, Any]] = yaml.safe_load(MEANINGS.read_text(encoding="utf-8"))
@@ -311,7 +314,7 @@ def config_table(file: str, prefix: str) -> str:
         if key.env:
             env.append(f"`{key.env}`")
         if key.secret:
-            env.append(f"`{name}_file`" + (f", `{key.env}_FILE`" if key.env else ""))
+            env.append(f"`{key.name}_file`" + (f", `{key.env}_FILE`" if key.env else ""))
         where = f"<br>{' '.join(env)}" if env else ""
         rows.append(
             f'| <code id="{_anchor(file, key.path)}">{name}</code>{where} | {kind} | {default} '
@@ -395,6 +398,7 @@ class Family:
     source: str  # "gateway", "sidecar", "rtb"
 
 
+@functools.cache
 def metric_families() -> list[Family]:
     """The families ``GET /metrics`` of a sidecar with routes, a cache and [rtb] serves.
 
@@ -481,6 +485,7 @@ class _Caught(Exception):
         self.parser = parser
 
 
+@functools.cache
 def parser_of(module: str, function: str = "main") -> argparse.ArgumentParser:
     """The parser a command's ``main`` builds, caught when it parses (nothing else runs)."""
     entry: Callable[[list[str]], Any] = getattr(importlib.import_module(module), function)

@@ -257,14 +257,14 @@ def test_probes_and_the_scrape_annotations_point_at_the_admin_port(base: list[Do
 def test_the_app_starts_only_once_the_sidecar_is_ready(base: list[Document]) -> None:
     # A native sidecar (restartable init container): the kubelet starts the
     # next containers only after its startupProbe succeeds, so that probe must
-    # ask for readiness, as the README says, not mere liveness.
+    # ask for readiness, as the Kubernetes guide says, not mere liveness.
     sidecar = _sidecar(base)
     assert sidecar["restartPolicy"] == "Always"
     assert sidecar["startupProbe"]["httpGet"]["path"] == "/readyz"
     probe = sidecar["startupProbe"]
     assert probe["periodSeconds"] * probe["failureThreshold"] >= 30
-    readme = " ".join((ROOT / "README.md").read_text().split())
-    assert "only once its startup probe on `/readyz` succeeds" in readme
+    guide = " ".join((ROOT / "docs" / "how-to" / "kubernetes.md").read_text().split())
+    assert "only once its startup probe on `/readyz` succeeds" in guide
 
 
 def test_the_network_policy_opens_the_admin_port_to_monitoring_only(base: list[Document]) -> None:
