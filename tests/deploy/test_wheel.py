@@ -103,6 +103,8 @@ def test_the_sdist_holds_the_whole_project(sdist: Path) -> None:
             "ls-files",
             "CHANGELOG.md",
             "LICENSE",
+            "mkdocs.yml",
+            "docs",
             "Dockerfile",
             "requirements-image.lock",
             "deploy",
