@@ -9,7 +9,8 @@
   built in this process, as ``GET /metrics`` would render them;
 - command-line flags: the ``argparse`` parsers of each command, caught as they parse.
 
-``docs/hooks/mkdocs.py`` puts these into the pages at build time, where a page says
+``docs/hooks/pages.py`` (the MkDocs hook) puts these into the pages at build time, where a
+page says
 ``<!-- reference: KIND [ARGUMENT] -->``; ``tests/docs`` checks that nothing is left out.
 """
 

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 sys.path.insert(0, str(DOCS / "hooks"))
 
-import mkdocs as hook  # noqa: E402  (docs/hooks/mkdocs.py, not the MkDocs package)
+import pages as hook  # noqa: E402  (docs/hooks/pages.py)
 import reference  # noqa: E402
 
 
