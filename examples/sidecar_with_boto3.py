@@ -44,8 +44,7 @@ def main() -> None:
             )
             row = b"3,19,0.02,0.03,0.02,0.02,2,0.03,0.02,0"  # the bid filter's ten features
             # Warm-up, straight to the emulator (it speaks the same API): the first
-            # call to an XGBoost endpoint compiles the model, longer than the
-            # route's 20 ms deadline.
+            # call to an XGBoost endpoint loads the model, the slowest call there is.
             direct = boto3.client(
                 "sagemaker-runtime",
                 region_name="us-east-1",

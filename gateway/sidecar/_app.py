@@ -253,6 +253,7 @@ class SidecarApp:
                 trace_id = tracing.trace_id(span)
         access_log = self.access_log
         if access_log is not None and access_log.sampled():
+            client = request.client
             body = response.body if isinstance(response, Response) else None
             access_log.write(
                 request.method,
@@ -264,6 +265,8 @@ class SidecarApp:
                 len(request.body),
                 len(body) if body is not None else None,
                 trace_id,
+                client=None if client is None else f"{client[0]}:{client[1]}",
+                request_id=_request_id(response),
             )
         return response
 
@@ -610,6 +613,19 @@ def _error_code(response: Response | StreamingResponse) -> str | None:
     for name, value in response.headers:
         if name.lower() == "x-amzn-errortype":
             return value.partition(":")[0]
+    return None
+
+
+def _request_id(response: Response | StreamingResponse) -> str | None:
+    """The answer's ``x-amzn-RequestId``: one the sidecar set, or the upstream's it relays."""
+    for name, value in response.headers:
+        if name.lower() == "x-amzn-requestid":
+            return value
+    if isinstance(response, Response):
+        for line in response.head_lines.split(b"\r\n"):
+            field, _, raw = line.partition(b":")
+            if field.strip().lower() == b"x-amzn-requestid":
+                return raw.strip().decode("latin-1")
     return None
 
 

@@ -15,7 +15,9 @@ __all__ = ["ADMIN_OFF", "ADMIN_PORT", "AuthSettings", "SidecarConfig"]
 _MIB = 1024 * 1024
 _GC_MAX = 2**31 - 1  # gc.set_threshold takes C ints
 _MAX_WORKERS = 1024
-# The admin listener's port when ``admin_listen`` is not set (as Prometheus exporters do).
+# The admin listener's conventional port (the image and the Kubernetes recipe set
+# admin_listen to it); unset, there is no admin listener, so two sidecars on one
+# host start with their defaults.
 ADMIN_PORT = 9091
 ADMIN_OFF = "off"
 
@@ -97,8 +99,8 @@ class SidecarConfig:
     # false serves it to anyone.
     metrics_auth: bool = True
     # The admin listener: GET/HEAD /metrics, /livez, /readyz on a port of
-    # their own, apart from traffic. None: the listen host, port 9091 (any
-    # free port when the traffic port is 0); "off": no admin listener.
+    # their own, apart from traffic ("HOST:PORT"; port 0: any free port).
+    # None or "off": none (the traffic port answers the same three paths).
     admin_listen: str | None = setting(default=None, check=_admin_listen)
     # Inbound auth ([sidecar.auth]) on the admin listener too; off by
     # default, so probes and Prometheus need no keys.
@@ -127,11 +129,9 @@ class SidecarConfig:
 
     def admin_address(self, host: str, port: int) -> tuple[str, int] | None:
         """Where the admin listener listens, given the traffic listener's address."""
-        if self.admin_listen == ADMIN_OFF:
+        if self.admin_listen is None or self.admin_listen == ADMIN_OFF:
             return None
-        if self.admin_listen is not None:
-            return host_port(self.admin_listen)
-        return host, ADMIN_PORT if port else 0
+        return host_port(self.admin_listen)
 
     def check_bind(self, host: str) -> None:
         """Refuse a non-loopback address without inbound auth (ConfigError)."""

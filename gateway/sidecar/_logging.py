@@ -7,6 +7,7 @@ like a credential is replaced, so even a careless ``extra={"authorization":
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import random
@@ -30,10 +31,16 @@ _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
 }
 
 
+def rfc3339(seconds: float) -> str:
+    """An epoch time as RFC 3339 in UTC, to the microsecond: ``2026-11-24T07:39:12.123456Z``."""
+    moment = datetime.datetime.fromtimestamp(seconds, datetime.UTC)
+    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "ts": round(record.created, 6),
+            "ts": rfc3339(record.created),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),
@@ -90,9 +97,11 @@ def loggable(text: str) -> str:
 class AccessLog:
     """One JSON line per request (logger ``gateway.access``), a sampled share of them.
 
-    Fields: method, path, route, status, error_code, duration_s, bytes_in,
-    bytes_out, trace_id. Names and numbers only: never a header value, so
-    never an ``Authorization`` or a secret.
+    Fields (besides the formatter's ``ts``, RFC 3339): method, path, route,
+    status, error_code, duration_s, bytes_in, bytes_out, client (the peer's
+    ``host:port``), request_id (the answer's ``x-amzn-RequestId``), trace_id.
+    Names and numbers only: never a header value but the request id, so never
+    an ``Authorization`` or a secret.
     """
 
     def __init__(
@@ -122,6 +131,8 @@ class AccessLog:
         bytes_in: int,
         bytes_out: int | None,
         trace_id: str | None,
+        client: str | None = None,
+        request_id: str | None = None,
     ) -> None:
         self._logger.info(
             "request",
@@ -134,6 +145,8 @@ class AccessLog:
                 "duration_s": round(duration_s, 6),
                 "bytes_in": bytes_in,
                 "bytes_out": bytes_out,
+                "client": client,
+                "request_id": None if request_id is None else loggable(request_id),
                 "trace_id": trace_id,
             },
         )

@@ -176,7 +176,10 @@ class Sidecar:
             self._server.body_limits = self.body_limits
             admin = self.config.admin_address(self._host, self._requested_port)
             if admin is not None:
-                self._admin = await self._listen(*admin, self.handle_admin)
+                try:
+                    self._admin = await self._listen(*admin, self.handle_admin)
+                except ConfigError as exc:  # one line that names the option
+                    raise ConfigError(f"sidecar.admin_listen (--admin-listen): {exc}") from None
         except BaseException:
             if self._server is not None:
                 await self._server.close(0)
@@ -470,7 +473,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--admin-listen",
         help="HOST:PORT of the admin listener (/metrics, /livez, /readyz), or 'off' "
-        "(default: sidecar.admin_listen, the listen host with port 9091)",
+        "(default: sidecar.admin_listen, off: the traffic port answers those paths)",
     )
     parser.add_argument("--config", help="the gateway's TOML (or JSON) file, with [sidecar]")
     parser.add_argument(

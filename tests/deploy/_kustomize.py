@@ -1,8 +1,9 @@
 """Rendering deploy/kubernetes as `kubectl apply -k` would.
 
 With ``kubectl`` on the PATH the real ``kubectl kustomize`` renders; without
-it, a small renderer of the subset the recipe uses (resources, components,
-a secretGenerator from files, strategic-merge patches keyed by ``name``).
+it, a small renderer of the subset the recipe uses (resources, components with
+resources, a secretGenerator from files, strategic-merge patches keyed by
+``name``, ``images``).
 ``test_kubernetes.py`` checks that both agree wherever kubectl is installed.
 """
 
@@ -48,7 +49,30 @@ def render_in_python(directory: Path) -> list[Document]:
         documents += render_in_python(path) if path.is_dir() else _load_all(path)
     for component in kustomization.get("components", []):
         documents = _apply_component(directory / component, documents)
-    return documents
+    return [_with_images(doc, kustomization.get("images", [])) for doc in documents]
+
+
+def _with_images(document: Document, images: list[Document]) -> Document:
+    """``images:`` applied to a document's containers: a new name, tag or digest by name."""
+    pod = document.get("spec", {}).get("template", {}).get("spec")
+    if not images or pod is None:
+        return document
+    for container in [*pod.get("initContainers", []), *pod.get("containers", [])]:
+        name = container["image"].split("@")[0]
+        if ":" in name.rsplit("/", 1)[-1]:
+            name = name.rsplit(":", 1)[0]
+        for image in images:
+            if image["name"] != name:
+                continue
+            new = image.get("newName", name)
+            if "digest" in image:
+                new += f"@{image['digest']}"
+            elif "newTag" in image:
+                new += f":{image['newTag']}"
+            else:
+                new += container["image"][len(name) :]
+            container["image"] = new
+    return document
 
 
 def _apply_component(directory: Path, documents: list[Document]) -> list[Document]:
@@ -57,6 +81,8 @@ def _apply_component(directory: Path, documents: list[Document]) -> list[Documen
     documents = documents + [
         _secret(directory, gen) for gen in component.get("secretGenerator", [])
     ]
+    for resource in component.get("resources", []):
+        documents += _load_all(directory / resource)
     for patch in component.get("patches", []):
         documents = [_patched(doc, load_one(directory / patch["path"])) for doc in documents]
     return documents

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import kubernetes_validate
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway._config import GatewayConfig
@@ -39,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "deploy" / "kubernetes"
 BASE = RECIPE / "base"
 OVERLAY = Path("overlays") / "inbound-auth"
+OPERATOR_OVERLAY = Path("overlays") / "prometheus-operator"
 COMPONENT = Path("components") / "inbound-auth"
 KUBERNETES_VERSION = "1.33.0"  # native sidecars (restartable init containers) and preStop sleep
 INBOUND_KEY_ID = "AKIDADSERVERTEST"
@@ -64,6 +66,12 @@ def _of_kind(documents: list[Document], kind: str) -> Document:
 @pytest.fixture(scope="module")
 def base() -> list[Document]:
     return render(RECIPE)
+
+
+@pytest.fixture(scope="module")
+def operator(base: list[Document]) -> list[Document]:
+    """The base with the Prometheus Operator's objects (PodMonitor, PrometheusRule)."""
+    return render(RECIPE / OPERATOR_OVERLAY)
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +119,72 @@ def test_every_rendered_manifest_is_valid_against_the_schema(
         kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
 
 
+# -- the Prometheus Operator's objects, and the images ---------------------------------
+
+
+def test_the_operator_overlay_adds_a_pod_monitor_and_a_rule_to_the_base(
+    base: list[Document], operator: list[Document]
+) -> None:
+    kinds = sorted(doc["kind"] for doc in operator)
+    assert kinds == sorted([doc["kind"] for doc in base] + ["PodMonitor", "PrometheusRule"])
+    for document in operator:
+        if document["kind"] not in {"PodMonitor", "PrometheusRule"}:
+            kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("kind", ["PodMonitor", "PrometheusRule"])
+def test_the_operator_objects_are_valid_against_the_operators_api(
+    operator: list[Document], kind: str
+) -> None:
+    # The Prometheus Operator's models (generated from its CRDs) read the object back
+    # unchanged: no field they do not know, none of the wrong type.
+    from cloudcoil.models.prometheus_operator import v1
+
+    document = _of_kind(operator, kind)
+    model = getattr(v1, kind).model_validate(document)
+    assert model.model_dump(by_alias=True, exclude_none=True, mode="json") == document
+
+
+def test_the_pod_monitor_scrapes_the_admin_port_of_the_pods_with_the_sidecar(
+    operator: list[Document],
+) -> None:
+    monitor = _of_kind(operator, "PodMonitor")["spec"]
+    pod_labels = _of_kind(operator, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert monitor["selector"]["matchLabels"].items() <= pod_labels.items()
+    (endpoint,) = monitor["podMetricsEndpoints"]
+    assert (endpoint["port"], endpoint["path"]) == ("admin", "/metrics")
+    assert "admin" in {p["name"] for p in _sidecar(operator)["ports"]}
+    # SageMakerGatewayDown finds the sidecars by this label.
+    assert "sagemaker-gateway/sidecar" in monitor["podTargetLabels"]
+
+
+def test_the_prometheus_rule_holds_the_alert_rules_of_deploy_prometheus(
+    operator: list[Document],
+) -> None:
+    alerts = yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yml").read_text())
+    assert _of_kind(operator, "PrometheusRule")["spec"]["groups"] == alerts["groups"]
+
+
+def test_the_images_come_from_the_kustomization_and_can_be_pinned(tmp_path: Path) -> None:
+    images = load_one(BASE / "kustomization.yaml")["images"]
+    assert {image["name"] for image in images} == {"sagemaker-gateway", "ad-server"}
+    rendered = render(RECIPE)
+    assert _sidecar(rendered)["image"] == "sagemaker-gateway:0.1.0"
+    # A digest set in images: is what every pod runs.
+    copy = tmp_path / "kubernetes"
+    shutil.copytree(RECIPE, copy)
+    kustomization = load_one(copy / "base" / "kustomization.yaml")
+    digest = "sha256:" + "0" * 64
+    kustomization["images"][0] = {
+        "name": "sagemaker-gateway",
+        "newName": "registry.internal/sagemaker-gateway",
+        "digest": digest,
+    }
+    (copy / "base" / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    pinned = _sidecar(render(copy))["image"]
+    assert pinned == f"registry.internal/sagemaker-gateway@{digest}"
+
+
 def test_the_base_lists_every_manifest_beside_it() -> None:
     kustomization = load_one(BASE / "kustomization.yaml")
     files = {path.name for path in BASE.glob("*.yaml")} - {"kustomization.yaml"}
@@ -150,7 +224,7 @@ def test_the_python_renderer_agrees_with_kubectl(tmp_path: Path) -> None:
     copy = tmp_path / "kubernetes"
     shutil.copytree(RECIPE, copy)
     _write_keys(copy / COMPONENT)
-    for directory in (copy, copy / OVERLAY):
+    for directory in (copy, copy / OVERLAY, copy / OPERATOR_OVERLAY):
         assert _canonical(render(directory)) == _canonical(render_in_python(directory))
 
 
@@ -257,14 +331,14 @@ def test_probes_and_the_scrape_annotations_point_at_the_admin_port(base: list[Do
 def test_the_app_starts_only_once_the_sidecar_is_ready(base: list[Document]) -> None:
     # A native sidecar (restartable init container): the kubelet starts the
     # next containers only after its startupProbe succeeds, so that probe must
-    # ask for readiness, as the README says, not mere liveness.
+    # ask for readiness, as the Kubernetes guide says, not mere liveness.
     sidecar = _sidecar(base)
     assert sidecar["restartPolicy"] == "Always"
     assert sidecar["startupProbe"]["httpGet"]["path"] == "/readyz"
     probe = sidecar["startupProbe"]
     assert probe["periodSeconds"] * probe["failureThreshold"] >= 30
-    readme = " ".join((ROOT / "README.md").read_text().split())
-    assert "only once its startup probe on `/readyz` succeeds" in readme
+    guide = " ".join((ROOT / "docs" / "how-to" / "kubernetes.md").read_text().split())
+    assert "only once its startup probe on `/readyz` succeeds" in guide
 
 
 def test_the_network_policy_opens_the_admin_port_to_monitoring_only(base: list[Document]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import re
 import tomllib
 from importlib.metadata import packages_distributions
@@ -73,7 +74,7 @@ def test_every_runtime_dependency_is_imported_by_the_package() -> None:
     assert declared - imported == set()
 
 
-def test_the_metadata_has_classifiers_and_project_urls() -> None:
+def test_the_metadata_has_classifiers_and_no_placeholders() -> None:
     classifiers = set(PROJECT["classifiers"])
     assert "Programming Language :: Python :: 3.11" in classifiers
     assert "Typing :: Typed" in classifiers
@@ -81,5 +82,8 @@ def test_the_metadata_has_classifiers_and_project_urls() -> None:
     # The license is the SPDX expression; a License classifier beside it is an error (PEP 639).
     assert PROJECT["license"] == "Apache-2.0"
     assert not any(c.startswith("License ::") for c in classifiers)
-    assert {"Homepage", "Source", "Issues", "Changelog"} <= PROJECT["urls"].keys()
-    assert all(url.startswith("https://") for url in PROJECT["urls"].values())
+    # No placeholder contact or home: none exists yet, so none is declared (a URL, once
+    # there is one, must be https).
+    assert all(url.startswith("https://") for url in PROJECT.get("urls", {}).values())
+    metadata = json.dumps({key: PROJECT.get(key) for key in ("authors", "urls")})
+    assert "example" not in metadata

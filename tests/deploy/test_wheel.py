@@ -103,6 +103,8 @@ def test_the_sdist_holds_the_whole_project(sdist: Path) -> None:
             "ls-files",
             "CHANGELOG.md",
             "LICENSE",
+            "mkdocs.yml",
+            "docs",
             "Dockerfile",
             "requirements-image.lock",
             "deploy",
@@ -121,7 +123,12 @@ def test_the_sdist_holds_the_whole_project(sdist: Path) -> None:
     assert not [name for name in names if name.endswith(("inbound-keys.toml", "access-key-id"))]
 
 
-def test_pyroma_rates_the_sdist_at_least_9(sdist: Path) -> None:
+# What pyroma may fault: the contact e-mail and project URLs the project does not have
+# yet (pyproject.toml declares none rather than placeholders). Anything else fails.
+PYROMA_ACCEPTED = ("does not have author-email data", "should have a 'url' field")
+
+
+def test_pyroma_faults_nothing_but_the_missing_contact_and_home(sdist: Path) -> None:
     # pyroma reads the wheel metadata setup.py gives; the pure build gives the same metadata
     # without the half minute of mypyc code generation the compiled build would spend first.
     output = _run(
@@ -129,13 +136,16 @@ def test_pyroma_rates_the_sdist_at_least_9(sdist: Path) -> None:
         "-m",
         "pyroma",
         "--min",
-        "9",
+        "8",
         "--file",
         sdist,
         env={"SAGEMAKER_GATEWAY_BUILD": "pure"},
     )
     rating = re.search(r"Final rating: (\d+)/10", output)
-    assert rating is not None and int(rating[1]) >= 9, output
+    assert rating is not None and int(rating[1]) >= 8, output
+    report = output.split("Found sagemaker-gateway")[1].split("Final rating")[0]
+    faults = [line for line in report.splitlines() if line.strip() and set(line) != {"-"}]
+    assert [f for f in faults if not any(ok in f for ok in PYROMA_ACCEPTED)] == [], output
 
 
 _USE_EVERYTHING = """

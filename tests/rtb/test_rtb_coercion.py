@@ -1,6 +1,6 @@
-"""The loose types exchanges send (README: "Loose types exchanges send"), and the fail-open path.
+"""The loose types exchanges send (docs/reference/rtb-loose-types.md), and the fail-open path.
 
-Each row of the README's coercion table has a case here: a canonical
+Each row of the coercion table (docs/reference/rtb-loose-types.md) has a case here: a canonical
 request with one field swapped for its loose form must parse to the same
 view, and so score on the same feature row, as the canonical request.
 """

@@ -9,6 +9,7 @@ All over real sockets: the emulator, a sidecar in-process, a toy bidder.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import io
 import json
 import logging
@@ -312,6 +313,11 @@ async def test_access_log_one_json_line_per_request_without_secrets(
     }
     assert (ok["bytes_in"], ok["bytes_out"], ok["trace_id"]) == (5, 5, TRACE_ID)
     assert ok["duration_s"] > 0 and ok["level"] == "INFO" and ok["logger"] == "gateway.access"
+    # RFC 3339 time, the caller's address, and the request id the answer carries.
+    assert datetime.datetime.fromisoformat(ok["ts"]).tzinfo == datetime.UTC
+    assert ok["ts"].endswith("Z")
+    assert ok["client"].startswith("127.0.0.1:") and int(ok["client"].rpartition(":")[2]) > 0
+    assert ok["request_id"] and failed["request_id"] and ok["request_id"] != failed["request_id"]
     assert failed["status"] == 400 and failed["error_code"] == "ValidationError"
     assert failed["trace_id"] is None
     assert (ping["path"], ping["route"], ping["status"]) == ("/ping", None, 200)

@@ -1,7 +1,7 @@
 """Proxy mode on what exchanges really send: loose types are scored, the unreadable go through.
 
-A loose-typed request (README's coercion table) is scored like its canonical
-form; a body the filter cannot read, or one over ``max_request_bytes``, is
+A loose-typed request (the coercion table, docs/reference/rtb-loose-types.md) is scored
+like its canonical form; a body the filter cannot read, or one over ``max_request_bytes``, is
 forwarded to the bidder unscored (``x-bid-filter-reason: unreadable``) and
 counted by reason, unless ``strict`` is set (then 400, or 413 when too large).
 """

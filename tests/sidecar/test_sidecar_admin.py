@@ -95,11 +95,12 @@ async def test_admin_listen_off_opens_no_admin_port(gateway: Gateway) -> None:
         assert sidecar.admin_url is None
 
 
-def test_admin_listen_defaults_to_the_listen_host_and_port_9091() -> None:
+def test_the_admin_listener_is_off_unless_asked_for() -> None:
+    # Off by default, so a second sidecar on the same host starts with its defaults.
     config = SidecarConfig.from_mapping({"listen": "0.0.0.0:8081"})
-    assert config.admin_address("0.0.0.0", 8081) == ("0.0.0.0", 9091)
-    # Any free port for the traffic listener: any free port for the admin one.
-    assert config.admin_address("127.0.0.1", 0) == ("127.0.0.1", 0)
+    assert config.admin_address("0.0.0.0", 8081) is None
+    asked = SidecarConfig.from_mapping({"admin_listen": "0.0.0.0:9091"})
+    assert asked.admin_address("0.0.0.0", 8081) == ("0.0.0.0", 9091)
     with pytest.raises(ConfigError, match="admin_listen"):
         SidecarConfig.from_mapping({"admin_listen": "nowhere"})
 
@@ -107,12 +108,16 @@ def test_admin_listen_defaults_to_the_listen_host_and_port_9091() -> None:
 async def test_a_taken_admin_port_fails_the_start_and_frees_the_traffic_port(
     emulator: Emulator,
 ) -> None:
-    async with make_gateway(emulator) as gateway, Sidecar(gateway, "127.0.0.1", 0) as first:
+    admin = SidecarConfig.from_mapping({"admin_listen": "127.0.0.1:0"})
+    async with (
+        make_gateway(emulator) as gateway,
+        Sidecar(gateway, "127.0.0.1", 0, config=admin) as first,
+    ):
         assert first.admin_url is not None
         taken = first.admin_url.rsplit(":", 1)[1]
         config = SidecarConfig.from_mapping({"admin_listen": f"127.0.0.1:{taken}"})
         second = Sidecar(gateway, "127.0.0.1", 0, config=config)
-        with pytest.raises(ConfigError, match="cannot listen"):
+        with pytest.raises(ConfigError, match=r"sidecar\.admin_listen .* cannot listen"):
             await second.start()
 
 
