@@ -265,7 +265,11 @@ def refuse_duplicate_keys(data: bytes | bytearray | memoryview | str) -> None:
 _NOT_OPENING: Final = bytes(b for b in range(256) if b not in b"[{")
 _NOT_BRACKET: Final = bytes(b for b in range(256) if b not in b"[]{}")
 _DEPTH_STEPS: Final = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
-_JSON_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+# A JSON string, or an unterminated one with the rest of the input. A match from any
+# quote succeeds, so each byte is read once: a pattern that had to fail on an
+# unterminated string would rescan the rest from every quote after it (quadratic).
+# Possessive repeats keep no backtracking state per escape.
+_JSON_STRING: Final = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+(?:"|\\?\Z)', re.DOTALL)
 
 
 def refuse_deep_nesting(data: bytes | bytearray | memoryview | str) -> None:
@@ -289,7 +293,10 @@ def _as_bytes(data: bytearray | memoryview | str) -> bytes:
 
 
 def _nesting_depth(raw: bytes) -> int:
-    """The deepest nesting of arrays and objects in ``raw`` (JSON or not), strings left out."""
+    """The deepest nesting of arrays and objects in ``raw`` (JSON or not), strings left out.
+
+    An unterminated string runs to the end of ``raw``: no JSON reader goes past it.
+    """
     skeleton = _JSON_STRING.sub(b"", raw).translate(_DEPTH_STEPS, _NOT_BRACKET)
     return max(itertools.accumulate(memoryview(skeleton).cast("b")), default=0)
 
