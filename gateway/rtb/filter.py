@@ -48,6 +48,7 @@ from gateway.rtb.features import FeatureSpec, load_bundled_spec
 from gateway.rtb.policy import FilterPolicy
 from gateway.rtb.request import (
     DEFAULT_MAX_REQUEST_BYTES,
+    MAX_TMAX,
     BidRequest,
     InvalidBidRequest,
     parse_record,
@@ -311,9 +312,14 @@ class BidFilter:
         return snapshot
 
     def budget_for(self, tmax_ms: int | float | None) -> float:
-        """Seconds a request with this ``tmax`` (ms; 0 or None: absent) may spend scoring."""
+        """Seconds a request with this ``tmax`` (ms; 0 or None: absent) may spend scoring.
+
+        A ``tmax`` past `MAX_TMAX` (which the parser refuses) counts as `MAX_TMAX`.
+        """
         if not tmax_ms:
             return self._default_budget
+        if tmax_ms > MAX_TMAX:
+            tmax_ms = MAX_TMAX
         tmax = tmax_ms / 1000.0
         share = tmax * self._tmax_margin_share
         return tmax - (self._tmax_margin if self._tmax_margin < share else share)

@@ -21,11 +21,13 @@ from typing import Any, Final
 
 import orjson
 
+from gateway.rtb._structs import MAX_TMAX
 from gateway.rtb._typed import NotTyped, decode_record
 
 __all__ = [
     "DEFAULT_MAX_REQUEST_BYTES",
     "MAX_DEPTH",
+    "MAX_TMAX",
     "App",
     "BidRequest",
     "Device",
@@ -400,6 +402,8 @@ def _bid_request(root: dict[str, Any]) -> Record:
             if tmax < 0:
                 raise InvalidBidRequest(f"tmax: must be >= 0, got {tmax}")
             tmax = None  # 0: several exchanges' way of saying "no limit given"
+        elif tmax > MAX_TMAX:
+            raise InvalidBidRequest(f"tmax: must be <= {MAX_TMAX} (ms)")
     at = root.get("at")
     if at is None:
         at = 2  # OpenRTB's default: second-price auction
