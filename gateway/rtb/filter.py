@@ -54,6 +54,7 @@ from gateway.rtb.request import (
     parse_record,
     record_index,
     record_view,
+    refuse_duplicate_keys,
 )
 from gateway.rtb.xgb import BUNDLED_MODEL_PATH, XGBoostModel
 
@@ -190,7 +191,8 @@ class BidFilter:
     oldest row has waited `max_wait` (see `gateway.rtb._batcher`).
 
     A body the filter cannot read (see the README's coercion table for
-    what it reads), or one over `max_request_bytes`, is kept unscored
+    what it reads), one that repeats a key in an object, or one over
+    `max_request_bytes`, is kept unscored
     (`Reason.UNREADABLE`, counted by reason, logged at most once a minute
     per reason): a pre-filter must not throw away an auction the bidder
     might read. With `strict`, `InvalidBidRequest` is raised instead.
@@ -351,6 +353,8 @@ class BidFilter:
             # and the view is built only if a segment threshold has to look.
             try:
                 record = parse_record(request, max_bytes=self._max_request_bytes)
+                # The caller may forward these bytes: a bidder must read what was scored.
+                refuse_duplicate_keys(request)
             except InvalidBidRequest as problem:
                 if self._strict:
                     raise
@@ -395,8 +399,9 @@ class BidFilter:
     ) -> Decision:
         """Keep or drop one request. `now` (Unix time) drives the hour/day features.
 
-        Raw bytes are parsed first; an unreadable body is kept unscored
-        (`Reason.UNREADABLE`), or with `strict` raises `InvalidBidRequest`.
+        Raw bytes are parsed (and checked for repeated keys) first; an unreadable
+        body is kept unscored (`Reason.UNREADABLE`), or with `strict` raises
+        `InvalidBidRequest`. A `BidRequest` is taken as parsed.
         """
         return await self.submit(request, now=now, route=route, budget=budget)
 

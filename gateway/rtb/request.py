@@ -242,8 +242,8 @@ def refuse_duplicate_keys(data: bytes | bytearray | memoryview | str) -> None:
     others the first), so a request with a repeated key can be scored on one
     value and read by a bidder on another. A proxy that forwards the bytes it
     scored must refuse such a request. This pass costs a few microseconds (the
-    standard library's C scanner with a pairs hook), so the library leaves it
-    to callers that forward raw bodies; the OpenRTB proxy runs it.
+    standard library's C scanner with a pairs hook), so the parser leaves it to
+    its callers: `BidFilter` runs it on raw bodies, and so does the OpenRTB proxy.
     """
     text = bytes(data).decode("utf-8") if not isinstance(data, str) else data
     try:
