@@ -28,6 +28,7 @@ from gateway.rtb.train import (
     Rows,
     TrainResult,
     _versioned,
+    check_labelled,
     count_values,
     encodings_from_counts,
     feature_rows,
@@ -69,11 +70,12 @@ def train_on_bag(
     counts: Counts = bag.reduction(
         functools.partial(_count, base, outcomes, default_ts), _merge
     ).compute()
+    check_labelled(counts.unlabelled, counts.requests, outcomes is not None, "encoding")
     trained = _versioned(FeatureSpec.from_dict(base).with_encodings(encodings_from_counts(counts)))
     rows: Rows = bag.reduction(
         functools.partial(_rows, trained.to_dict(), outcomes, default_ts), _merge
     ).compute()
-    return fit(trained, counts, rows, seed)
+    return fit(trained, counts, rows, seed, joined=outcomes is not None)
 
 
 def synthetic_bag(requests: int, partitions: int, *, seed: int = 1, templates: int = 2000) -> Any:
