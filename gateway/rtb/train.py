@@ -21,7 +21,10 @@ request, a line over `MAX_LINE_BYTES`, or an envelope whose ``ts``, ``bid``
 or ``price`` is not a number, is skipped and counted (``unreadable``).
 Anything else wrong (a file that is not gzip, Parquet or JSON lines as
 named, a truncated one, an outcome file with a bad line) is refused: one
-line on stderr, exit status 1, nothing written.
+line on stderr, exit status 1, nothing written. Work is bounded per input
+byte: lines are read at most `MAX_LINE_BYTES` at a time, and a Parquet
+file may hold no more rows than bytes nor decode to more than
+`MAX_PARQUET_RATIO` times its size (about the most gzip inflates).
 
 Features are computed by the filter's own code (``parse_record`` and
 ``FeatureSpec.record_csv_row``), so a training row is byte for byte the row
@@ -66,6 +69,7 @@ from gateway.rtb.synth import SyntheticTraffic
 
 __all__ = [
     "MAX_LINE_BYTES",
+    "MAX_PARQUET_RATIO",
     "LogLine",
     "Outcome",
     "TrainResult",
@@ -87,8 +91,10 @@ MAX_VALUES: Final = 3000  # per feature: keeps features.json commit-sized
 SMOOTHING: Final = 50.0  # pseudo-count pulling rare values' bid rates toward the prior
 ENCODE, TRAIN, VALID = "encode", "train", "valid"
 # The longest log line read (16x the filter's default request limit); a longer one is
-# counted as unreadable.
+# skipped in bounded reads and counted as unreadable.
 MAX_LINE_BYTES: Final = 1 << 20
+# Decoded request bytes a Parquet file may hold per byte of its own (gzip's ceiling is ~1032).
+MAX_PARQUET_RATIO: Final = 1024
 _PARQUET_BATCH: Final = 1024
 _MS_EPOCH: Final = 1e11  # a timestamp past this is in milliseconds
 
@@ -216,11 +222,21 @@ def read_log(path: str | Path) -> Iterator[LogLine]:
 
 
 def _raw_lines(path: Path) -> Iterator[bytes]:
-    """Each line of a JSON lines file (``.gz`` inflated)."""
+    """Each line of a JSON lines file (``.gz`` inflated), read at most `MAX_LINE_BYTES` at a time.
+
+    A longer line comes out as its first ``MAX_LINE_BYTES + 1`` bytes (the rest is read
+    and dropped), so a line bomb costs no more memory than a line at the limit.
+    """
     opener: Callable[..., Any] = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rb") as stream:
-            yield from stream
+            readline = stream.readline
+            while line := readline(MAX_LINE_BYTES + 1):
+                if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+                    rest = line
+                    while rest and not rest.endswith(b"\n"):
+                        rest = readline(MAX_LINE_BYTES)
+                yield line
     except EOFError:
         raise TrainingRefused(f"{path}: truncated gzip (it ends before its end marker)") from None
     except (OSError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
@@ -328,20 +344,37 @@ def _read_parquet(path: Path) -> Iterator[LogLine]:
             f"{path}: reading Parquet needs pyarrow (pip install pyarrow)"
         ) from None
     try:
-        log = parquet.ParquetFile(path)
+        size = path.stat().st_size
+        log = parquet.ParquetFile(path, read_dictionary=["request"])
         columns = _parquet_columns(path, log.schema_arrow, pyarrow)
         outcome = columns[-1] if columns[-1] in ("bid", "price") else None
+        _check_parquet_sizes(path, log.metadata, columns, size)
+        decoded = 0
         for batch in log.iter_batches(batch_size=_PARQUET_BATCH, columns=columns):
+            requests = batch.column(0)
+            if not pyarrow.types.is_dictionary(requests.type):
+                requests = requests.dictionary_encode()
+            values = requests.dictionary
             ts, labels = (
                 batch.column(columns.index(name)).to_pylist() if name in columns else None
                 for name in ("ts", outcome)
             )
-            for row, request in enumerate(batch.column(0).to_pylist()):
-                if request is None:
+            for row, index in enumerate(requests.indices.to_pylist()):
+                if index is None:
+                    yield UNREADABLE_LINE
+                    continue
+                body = values[index].as_buffer()
+                decoded += body.size
+                if decoded > MAX_PARQUET_RATIO * size:
+                    raise TrainingRefused(
+                        f"{path}: its requests decode to more than {MAX_PARQUET_RATIO}x "
+                        f"its {size:,} bytes"
+                    )
+                if body.size > MAX_LINE_BYTES:
                     yield UNREADABLE_LINE
                     continue
                 yield _parquet_line(
-                    request.encode() if isinstance(request, str) else request,
+                    body.to_pybytes(),
                     None if ts is None else ts[row],
                     None if labels is None else labels[row],
                 )
@@ -373,6 +406,25 @@ def _parquet_columns(path: Path, schema: Any, pyarrow: Any) -> list[str]:
             expected = "text (the raw JSON)" if name == "request" else "numbers"
             raise TrainingRefused(f"{path}: column {name!r} must hold {expected}, not {kind}")
     return columns
+
+
+def _check_parquet_sizes(path: Path, metadata: Any, columns: list[str], size: int) -> None:
+    """Refuse, before decoding, a file that claims more rows than bytes or pages past the ratio."""
+    rows = metadata.num_rows
+    if rows > size:
+        raise TrainingRefused(f"{path}: {rows:,} rows in {size:,} bytes (more rows than bytes)")
+    pages = 0
+    for group in range(metadata.num_row_groups):
+        chunks = metadata.row_group(group)
+        for index in range(chunks.num_columns):
+            chunk = chunks.column(index)
+            if chunk.path_in_schema in columns:
+                pages += chunk.total_uncompressed_size
+    if pages > MAX_PARQUET_RATIO * size:
+        raise TrainingRefused(
+            f"{path}: its pages inflate to {pages:,} bytes, more than {MAX_PARQUET_RATIO}x "
+            f"its {size:,} bytes"
+        )
 
 
 def _parquet_line(body: bytes, ts: Any, label: Any) -> LogLine:
