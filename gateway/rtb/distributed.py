@@ -1,6 +1,7 @@
 """The trainer's feature code on Dask, for logs that do not fit one machine.
 
-    python -m gateway.rtb.train --engine dask --scheduler HOST:8786 --requests 's3://.../*.jsonl.gz'
+    python -m gateway.rtb.train --engine dask --scheduler HOST:8786 --requests 'logs/*.jsonl.gz' \
+        --out DIR
     train_on_files(paths, scheduler="HOST:8786")        # or None: a LocalCluster here
     train_on_bag(bag)                                   # any dask.bag of `LogLine`s
 
