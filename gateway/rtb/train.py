@@ -16,9 +16,9 @@ The data is checked before anything is written: every readable request has
 an outcome (its own or a joined one) and a time (its own, its outcome's, or
 ``--default-ts``); the training and validation parts each hold bids and
 no-bids; a Parquet ``request`` column holds text, and ``ts``, ``bid`` and
-``price`` numbers. A line that is not a bid
-request, a line over `MAX_LINE_BYTES`, or an envelope whose ``ts``, ``bid``
-or ``price`` is not a number, is skipped and counted (``unreadable``).
+``price`` numbers. A line that is not a bid request, a line over
+`MAX_LINE_BYTES`, or an envelope whose ``ts``, ``bid`` or ``price`` is not
+a number, is skipped and counted (``unreadable``).
 Anything else wrong (a file that is not gzip, Parquet or JSON lines as
 named, a truncated one, an outcome file with a bad line) is refused: one
 line on stderr, exit status 1, nothing written. Work is bounded per input
@@ -300,7 +300,7 @@ def _label(item: Mapping[str, Any]) -> bool | None:
     """``bid`` (0, 1, true or false), else ``price`` > 0 (a number), else None."""
     if "bid" in item:
         bid = item["bid"]
-        if bid not in (0, 1) or type(bid) is float:  # False == 0 and True == 1
+        if bid not in (0, 1):  # False == 0 and True == 1
             raise ValueError(f"'bid' must be 0 or 1, got {_shown(bid)}")
         return bool(bid)
     price = item.get("price")

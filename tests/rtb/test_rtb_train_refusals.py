@@ -105,6 +105,7 @@ def write_cases(folder: Path) -> dict[str, list[str]]:
         "outcomes with text ts": joined("o1.jsonl", outcomes_of(bid=1, ts="soon")),
         "outcomes with ts inf": joined("o2.jsonl", outcomes_of(bid=1, ts="inf")),
         "outcomes with text price": joined("o3.jsonl", outcomes_of(price="x"), *default_ts),
+        "outcomes with text bid": joined("o5.jsonl", outcomes_of(bid="0"), *default_ts),
         "outcomes truncated gzip": joined("o4.jsonl.gz", gzip.compress(outcomes_of(bid=1))[:200]),
         "requests without outcomes": [*log(bare), *default_ts],
         "all no-bids": log(put("no-bids.jsonl", envelopes(ts=TS, bid=0))),
@@ -117,8 +118,8 @@ CASES = [
     "integer request column", "text ts column", "text price column", "list bid column",
     "ts inf column", "text ts envelope", "ts inf envelope", "text price envelope",
     "outcomes that do not join", "outcomes with text ts", "outcomes with ts inf",
-    "outcomes with text price", "outcomes truncated gzip", "requests without outcomes",
-    "all no-bids", "a folder as a log",
+    "outcomes with text price", "outcomes with text bid", "outcomes truncated gzip",
+    "requests without outcomes", "all no-bids", "a folder as a log",
 ]  # fmt: skip
 
 
