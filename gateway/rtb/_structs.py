@@ -15,6 +15,9 @@ import msgspec
 
 # ``X | None = None``: absent or null, as the validators treat them.
 Flag = Literal[0, 1]
+# The largest ``tmax`` (ms) read: a 32-bit integer, ~24 days. Larger is refused, as
+# a deadline no auction has (a 400-digit one would not convert to seconds).
+MAX_TMAX: Final = 2**31 - 1
 
 
 class Node(msgspec.Struct, gc=False):
@@ -150,7 +153,7 @@ class BidRequest(Node):
     user: User | None = None
     regs: Regs | None = None
     source: Source | None = None
-    tmax: Annotated[int, msgspec.Meta(gt=0)] | None = None
+    tmax: Annotated[int, msgspec.Meta(gt=0, le=MAX_TMAX)] | None = None
     at: int | None = None
     bcat: list[str] | None = None
     badv: list[str] | None = None

@@ -1,6 +1,7 @@
 """The trainer's feature code on Dask, for logs that do not fit one machine.
 
-    python -m gateway.rtb.train --engine dask --scheduler HOST:8786 --requests 's3://.../*.jsonl.gz'
+    python -m gateway.rtb.train --engine dask --scheduler HOST:8786 --requests 'logs/*.jsonl.gz' \
+        --out DIR
     train_on_files(paths, scheduler="HOST:8786")        # or None: a LocalCluster here
     train_on_bag(bag)                                   # any dask.bag of `LogLine`s
 
@@ -28,6 +29,7 @@ from gateway.rtb.train import (
     Rows,
     TrainResult,
     _versioned,
+    check_labelled,
     count_values,
     encodings_from_counts,
     feature_rows,
@@ -69,11 +71,12 @@ def train_on_bag(
     counts: Counts = bag.reduction(
         functools.partial(_count, base, outcomes, default_ts), _merge
     ).compute()
+    check_labelled(counts.unlabelled, counts.requests, outcomes is not None, "encoding")
     trained = _versioned(FeatureSpec.from_dict(base).with_encodings(encodings_from_counts(counts)))
     rows: Rows = bag.reduction(
         functools.partial(_rows, trained.to_dict(), outcomes, default_ts), _merge
     ).compute()
-    return fit(trained, counts, rows, seed)
+    return fit(trained, counts, rows, seed, joined=outcomes is not None)
 
 
 def synthetic_bag(requests: int, partitions: int, *, seed: int = 1, templates: int = 2000) -> Any:

@@ -48,11 +48,13 @@ from gateway.rtb.features import FeatureSpec, load_bundled_spec
 from gateway.rtb.policy import FilterPolicy
 from gateway.rtb.request import (
     DEFAULT_MAX_REQUEST_BYTES,
+    MAX_TMAX,
     BidRequest,
     InvalidBidRequest,
     parse_record,
     record_index,
     record_view,
+    refuse_duplicate_keys,
 )
 from gateway.rtb.xgb import BUNDLED_MODEL_PATH, XGBoostModel
 
@@ -189,7 +191,8 @@ class BidFilter:
     oldest row has waited `max_wait` (see `gateway.rtb._batcher`).
 
     A body the filter cannot read (see the README's coercion table for
-    what it reads), or one over `max_request_bytes`, is kept unscored
+    what it reads), one that repeats a key in an object, or one over
+    `max_request_bytes`, is kept unscored
     (`Reason.UNREADABLE`, counted by reason, logged at most once a minute
     per reason): a pre-filter must not throw away an auction the bidder
     might read. With `strict`, `InvalidBidRequest` is raised instead.
@@ -311,9 +314,14 @@ class BidFilter:
         return snapshot
 
     def budget_for(self, tmax_ms: int | float | None) -> float:
-        """Seconds a request with this ``tmax`` (ms; 0 or None: absent) may spend scoring."""
+        """Seconds a request with this ``tmax`` (ms; 0 or None: absent) may spend scoring.
+
+        A ``tmax`` past `MAX_TMAX` (which the parser refuses) counts as `MAX_TMAX`.
+        """
         if not tmax_ms:
             return self._default_budget
+        if tmax_ms > MAX_TMAX:
+            tmax_ms = MAX_TMAX
         tmax = tmax_ms / 1000.0
         share = tmax * self._tmax_margin_share
         return tmax - (self._tmax_margin if self._tmax_margin < share else share)
@@ -345,6 +353,8 @@ class BidFilter:
             # and the view is built only if a segment threshold has to look.
             try:
                 record = parse_record(request, max_bytes=self._max_request_bytes)
+                # The caller may forward these bytes: a bidder must read what was scored.
+                refuse_duplicate_keys(request)
             except InvalidBidRequest as problem:
                 if self._strict:
                     raise
@@ -389,8 +399,9 @@ class BidFilter:
     ) -> Decision:
         """Keep or drop one request. `now` (Unix time) drives the hour/day features.
 
-        Raw bytes are parsed first; an unreadable body is kept unscored
-        (`Reason.UNREADABLE`), or with `strict` raises `InvalidBidRequest`.
+        Raw bytes are parsed (and checked for repeated keys) first; an unreadable
+        body is kept unscored (`Reason.UNREADABLE`), or with `strict` raises
+        `InvalidBidRequest`. A `BidRequest` is taken as parsed.
         """
         return await self.submit(request, now=now, route=route, budget=budget)
 

@@ -21,11 +21,13 @@ from typing import Any, Final
 
 import orjson
 
+from gateway.rtb._structs import MAX_TMAX
 from gateway.rtb._typed import NotTyped, decode_record
 
 __all__ = [
     "DEFAULT_MAX_REQUEST_BYTES",
     "MAX_DEPTH",
+    "MAX_TMAX",
     "App",
     "BidRequest",
     "Device",
@@ -240,8 +242,8 @@ def refuse_duplicate_keys(data: bytes | bytearray | memoryview | str) -> None:
     others the first), so a request with a repeated key can be scored on one
     value and read by a bidder on another. A proxy that forwards the bytes it
     scored must refuse such a request. This pass costs a few microseconds (the
-    standard library's C scanner with a pairs hook), so the library leaves it
-    to callers that forward raw bodies; the OpenRTB proxy runs it.
+    standard library's C scanner with a pairs hook), so the parser leaves it to
+    its callers: `BidFilter` runs it on raw bodies, and so does the OpenRTB proxy.
     """
     text = bytes(data).decode("utf-8") if not isinstance(data, str) else data
     try:
@@ -265,7 +267,11 @@ def refuse_duplicate_keys(data: bytes | bytearray | memoryview | str) -> None:
 _NOT_OPENING: Final = bytes(b for b in range(256) if b not in b"[{")
 _NOT_BRACKET: Final = bytes(b for b in range(256) if b not in b"[]{}")
 _DEPTH_STEPS: Final = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
-_JSON_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+# A JSON string, or an unterminated one with the rest of the input. A match from any
+# quote succeeds, so each byte is read once: a pattern that had to fail on an
+# unterminated string would rescan the rest from every quote after it (quadratic).
+# Possessive repeats keep no backtracking state per escape.
+_JSON_STRING: Final = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+(?:"|\\?\Z)', re.DOTALL)
 
 
 def refuse_deep_nesting(data: bytes | bytearray | memoryview | str) -> None:
@@ -289,7 +295,10 @@ def _as_bytes(data: bytearray | memoryview | str) -> bytes:
 
 
 def _nesting_depth(raw: bytes) -> int:
-    """The deepest nesting of arrays and objects in ``raw`` (JSON or not), strings left out."""
+    """The deepest nesting of arrays and objects in ``raw`` (JSON or not), strings left out.
+
+    An unterminated string runs to the end of ``raw``: no JSON reader goes past it.
+    """
     skeleton = _JSON_STRING.sub(b"", raw).translate(_DEPTH_STEPS, _NOT_BRACKET)
     return max(itertools.accumulate(memoryview(skeleton).cast("b")), default=0)
 
@@ -393,6 +402,8 @@ def _bid_request(root: dict[str, Any]) -> Record:
             if tmax < 0:
                 raise InvalidBidRequest(f"tmax: must be >= 0, got {tmax}")
             tmax = None  # 0: several exchanges' way of saying "no limit given"
+        elif tmax > MAX_TMAX:
+            raise InvalidBidRequest(f"tmax: must be <= {MAX_TMAX} (ms)")
     at = root.get("at")
     if at is None:
         at = 2  # OpenRTB's default: second-price auction

@@ -15,7 +15,7 @@ import pytest
 
 from gateway.rtb import BidFilter, Feature, FeatureSpec, InvalidBidRequest, Reason
 from gateway.rtb.filter import InProcessResult
-from gateway.rtb.request import parse_bid_request, parse_record
+from gateway.rtb.request import MAX_TMAX, parse_bid_request, parse_record
 
 CANONICAL: dict[str, Any] = {
     "id": "17",
@@ -126,6 +126,35 @@ def test_tmax_zero_means_no_limit_given() -> None:
     assert bid_filter.budget_for(request.tmax) == pytest.approx(0.017)
 
 
+# A tmax of 400 digits: msgspec reads it as an int, which no float holds.
+HUGE_TMAX = loose("tmax", 0).replace(b'"tmax":0', b'"tmax":' + b"9" * 400)
+
+
+def test_tmax_up_to_max_tmax_is_read_and_a_budget_is_never_past_it() -> None:
+    assert parse_bid_request(loose("tmax", MAX_TMAX)).tmax == MAX_TMAX == 2**31 - 1
+    bid_filter = BidFilter(ConstantScorer(), "e")
+    budget = bid_filter.budget_for(MAX_TMAX)
+    assert budget == pytest.approx(MAX_TMAX / 1000 - 0.05)
+    # A view built by hand is not checked by the parser: its tmax is clamped.
+    assert bid_filter.budget_for(10**400) == bid_filter.budget_for(float("inf")) == budget
+
+
+async def test_a_400_digit_tmax_is_unreadable_not_an_overflow() -> None:
+    lenient = BidFilter(ConstantScorer(), "e", spec=ECHO)
+    strict = BidFilter(ConstantScorer(), "e", spec=ECHO, strict=True)
+    try:
+        decision = await lenient.decide(HUGE_TMAX)
+        assert (decision.keep, decision.reason) == (True, Reason.UNREADABLE)
+        with pytest.raises(InvalidBidRequest):
+            await strict.decide(HUGE_TMAX)
+        view = parse_bid_request(loose("tmax", 0))
+        view.tmax = 10**400  # a view built or changed by hand
+        assert (await lenient.decide(view)).reason == Reason.SCORED_KEEP
+    finally:
+        await lenient.aclose()
+        await strict.aclose()
+
+
 UNREADABLE: list[tuple[str, bytes, str]] = [
     ("not_json", b"{not json", "not JSON"),
     ("invalid", b'{"id": "x", "imp": []}', "imp is empty"),
@@ -134,6 +163,10 @@ UNREADABLE: list[tuple[str, bytes, str]] = [
     ("invalid", loose("imp.0.secure", "yes"), "imp[0].secure: expected 0 or 1"),
     ("invalid", loose("tmax", -1), "tmax: must be >= 0"),
     ("invalid", loose("tmax", True), "tmax: expected integer, got boolean"),
+    ("invalid", loose("tmax", MAX_TMAX + 1), "tmax: must be <= 2147483647 (ms)"),
+    ("invalid", loose("tmax", "1e300"), "tmax: must be <= 2147483647 (ms)"),
+    ("invalid", loose("tmax", 1e300), "tmax: must be <= 2147483647 (ms)"),
+    ("not_json", HUGE_TMAX, "not JSON: number is infinity"),
     ("invalid", loose("imp.0.id", 1.5), "imp[0].id: expected string, got number"),
     ("invalid", loose("device.geo.lat", "nan"), "device.geo.lat: expected number"),
 ]

@@ -38,19 +38,19 @@ DEFAULT = ["--default-ts", str(DEFAULT_TS)]
 def write_log(directory: Path, rows: int = ROWS, seed: int = 11) -> tuple[Path, Path]:
     """A gzipped request log (half bare requests, half envelopes) and its outcomes file.
 
-    Bare requests get their labels and times from the outcomes (joined by id), except
-    every fourth one, left without an outcome: a no-bid at ``--default-ts``. The
-    envelopes carry theirs inline (``ts`` in milliseconds), as ``price`` or ``bid``.
+    Bare requests get their labels and times from the outcomes (joined by id); every
+    fourth outcome has no time, so its request is at ``--default-ts``. The envelopes
+    carry theirs inline (``ts`` in milliseconds), as ``price`` or ``bid``.
     """
     requests, outcomes = directory / "requests.jsonl.gz", directory / "outcomes.jsonl"
     with gzip.open(requests, "wb") as log, outcomes.open("wb") as joined:
         for index, item in enumerate(SyntheticTraffic(seed).generate(rows)):
             if index % 2:
                 log.write(item.body + b"\n")
+                outcome = {"id": orjson.loads(item.body)["id"], "bid": int(item.label)}
                 if index % 8 != 7:
-                    request_id = orjson.loads(item.body)["id"]
-                    outcome = {"id": request_id, "bid": int(item.label), "ts": item.timestamp}
-                    joined.write(orjson.dumps(outcome) + b"\n")
+                    outcome["ts"] = item.timestamp
+                joined.write(orjson.dumps(outcome) + b"\n")
             else:
                 envelope = {"request": item.body.decode(), "ts": item.timestamp * 1000}
                 if index % 4:
