@@ -525,15 +525,21 @@ class Invoker:
                 backoff *= 2  # the far side asked for room: give it some
             # Every target left is cooling down (Retry-After): wait for the first one back.
             backoff = max(backoff, route.ready_in(tried))
-            backoff = max(0.0, min(backoff, call.deadline - time.monotonic()))
+            return max(0.0, min(backoff, call.deadline - time.monotonic()))
+
+        def scheduled(state: RetryCallState) -> None:
+            # tenacity runs ``wait`` before ``stop``: only here is a retry certain.
             emit = self.emit
+            outcome = state.outcome
+            failure = outcome.exception() if outcome is not None else None
             if emit is not None and failure is not None:
-                emit(RetryScheduled(route.name, state.attempt_number, backoff, code_of(failure)))
-            return backoff
+                code = code_of(failure)
+                emit(RetryScheduled(route.name, state.attempt_number, state.upcoming_sleep, code))
 
         retrying = AsyncRetrying(
             stop=stop,
             wait=wait,
+            before_sleep=scheduled,
             retry=retry_if_exception(
                 lambda exc: isinstance(exc, errors.GatewayError) and exc.retryable
             ),
