@@ -47,7 +47,7 @@ _GATEWAY_ID = re.compile(r"[a-z0-9]{1,64}")
 # never CR, LF or NUL: those would let a caller inject headers. Other control
 # characters are not valid in a field value either (RFC 9110 5.5).
 _FORBIDDEN_IN_HEADER = re.compile(r"[\r\n\x00]")
-_CONTROL_IN_HEADER = re.compile(r"[\x01-\x08\x0e-\x1b\x7f]")
+_CONTROL_IN_HEADER = re.compile(r"[\x01-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 # -- the vocabulary, from botocore's service model ------------------------------
@@ -400,9 +400,10 @@ def check_header_value(name: str, value: str) -> str:
         value.encode("latin-1")
     except UnicodeEncodeError:
         raise errors.InvalidHeaderValue(f"header {name} is not Latin-1 text") from None
-    # SigV4 folds every run of whitespace (tabs too) into one space; sending the
-    # value folded keeps the signature and the bytes on the wire in agreement.
-    return " ".join(value.split())
+    # Sent as given, as boto3 sends it: only the whitespace around it goes, which is no
+    # part of a field value (RFC 9110 5.5). SigV4's canonical form folds the runs inside
+    # (the signer does that); the model reads the caller's bytes.
+    return value.strip(" \t")
 
 
 def payload_bytes(body: Buffer, limit: int = MAX_PAYLOAD_BYTES, operation: str = "") -> bytes:
