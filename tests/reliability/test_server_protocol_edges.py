@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import logging
 import tracemalloc
@@ -445,3 +446,66 @@ async def test_refused_and_stalled_bodies_are_freed_at_close_without_the_cycle_c
 
 def _live_connections() -> list[object]:
     return [o for o in gc.get_objects() if isinstance(o, _Connection)]
+
+
+class _GoneTransport:
+    """A transport whose peer has gone: shutdown(SHUT_WR) fails with ENOTCONN."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.written = b""
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def write_eof(self) -> None:
+        raise OSError(errno.ENOTCONN, "Transport endpoint is not connected")
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return default
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("closing", [False, True], ids=["refusal", "last-answer-at-close"])
+async def test_a_client_gone_before_the_half_close_is_an_ordinary_close(
+    caplog: pytest.LogCaptureFixture, closing: bool
+) -> None:
+    """write_eof() on a socket whose peer has gone raises ENOTCONN: the connection
+    closes quietly (before: "connection worker failed" and a traceback)."""
+
+    async def handler(request: Request) -> Response:
+        return Response(200, [], b"ok")
+
+    server = await start_server(handler, "127.0.0.1", 0, limits=LIMITS)
+    transport = _GoneTransport()
+    try:
+        connection = server._new_connection()
+        connection.connection_made(transport)  # type: ignore[arg-type]
+        caplog.set_level(logging.DEBUG, logger="gateway.http_server")
+        if closing:
+            server.closing = True  # the last answer says "close" and half-closes
+            connection.data_received(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+        else:
+            connection.data_received(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 5000\r\n\r\n")
+        for _ in range(50):
+            if transport.closed:
+                break
+            await asyncio.sleep(0.01)
+        assert transport.closed
+        assert transport.written.startswith(b"HTTP/1.1 200 " if closing else b"HTTP/1.1 413 ")
+        connection.connection_lost(None)
+    finally:
+        server.closing = False
+        await server.close(grace=1.0)
+    assert [r for r in caplog.records if r.name == "gateway.http_server"] == []
