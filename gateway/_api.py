@@ -17,7 +17,6 @@ sent, relayed and keyed with no code change.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -866,21 +865,31 @@ def error_origin(message: str) -> str | None:
     return match.group(1) if match else None
 
 
+# Retry-After's delay-seconds (RFC 9110 10.2.3) are ASCII digits; a decimal fraction is
+# taken too (servers send one). Not float()'s grammar: no sign, "_", exponent or "inf".
+_DELAY_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+# The longest wait an answer's Retry-After is read as (a relay passes it on as digits).
+MAX_RETRY_AFTER_S = 86_400.0
+
+
 def retry_after(headers: Mapping[str, str]) -> float | None:
-    """The seconds ``Retry-After`` asks for (a number, or an HTTP date); None without one."""
+    """The seconds ``Retry-After`` asks for (delay-seconds, or an HTTP date in any of
+    RFC 9110's three forms), at most MAX_RETRY_AFTER_S; None without a valid one."""
     value = headers.get("retry-after")
     if not value:
         return None
     value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
+    if _DELAY_SECONDS.fullmatch(value):
+        seconds = float(value)  # inf for a few hundred digits: clamped below
+    else:
         try:
             when = parsedate_to_datetime(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             return None
-        seconds = (when - datetime.now(UTC)).total_seconds() if when.tzinfo else math.nan
-    return max(seconds, 0.0) if math.isfinite(seconds) else None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)  # asctime's form names no zone: HTTP dates are GMT
+        seconds = (when - datetime.now(UTC)).total_seconds()
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
 
 
 def redact(text: str | None, secrets: Sequence[str]) -> str | None:
