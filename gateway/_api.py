@@ -373,12 +373,17 @@ def request_for(
     )
 
 
-def check_endpoint_name(name: str) -> None:
+def check_endpoint_name(name: str, kind: str = "endpoint name") -> None:
     # The pattern's repetition counts hyphen runs as one step: check the length too.
     if len(name) > 63 or not _ENDPOINT_NAME.fullmatch(name):
         raise errors.InvalidRequest(
-            f"invalid endpoint name {name[:80]!r}: letters, digits and hyphens, at most 63"
+            f"invalid {kind} {name[:80]!r}: letters, digits and hyphens, at most 63"
         )
+
+
+def check_router_name(name: str) -> None:
+    """An inference router's name: the model's pattern is an endpoint name's."""
+    check_endpoint_name(name, "inference router name")
 
 
 def check_gateway_id(name: str) -> None:

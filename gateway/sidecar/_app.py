@@ -588,10 +588,17 @@ def _stream_headers(parts: object, members: tuple[object, ...]) -> list[tuple[st
 
 
 def _route_of(path: str) -> str | None:
-    """The route (endpoint name) of an invocation path, None for other paths."""
-    if not path.startswith("/endpoints/"):
+    """The route of an invocation path (an endpoint or router name, a gateway id), None for
+    other paths."""
+    if path.startswith("/endpoints/"):
+        rest = path[11:]
+    elif path.startswith(_ROUTER_PREFIX):
+        rest = path[len(_ROUTER_PREFIX) :]
+    elif path.startswith(_GATEWAY_PREFIX):
+        rest = path[len(_GATEWAY_PREFIX) :]
+    else:
         return None
-    name = path[11:].partition("/")[0]
+    name = rest.partition("/")[0]
     return unquote(name) if "%" in name else name
 
 
