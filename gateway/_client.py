@@ -25,9 +25,12 @@ from mypy_extensions import mypyc_attr
 from gateway import _operations as operations
 from gateway import errors
 from gateway._api import (
+    INVOKE_STREAM,
     AsyncInvocation,
     InvokeResult,
     check_header_value,
+    decode_error,
+    secrets_in,
 )
 from gateway._aws.sigv4 import Credentials
 from gateway._cached import CachedCalls
@@ -389,7 +392,9 @@ class Gateway:
         stream._parts = payload_parts(
             functools.partial(
                 operations.open_stream, self, stream, endpoint, body, members, timeout, user_agent
-            )
+            ),
+            decode_error,
+            secrets_in(INVOKE_STREAM, members),
         )
         return stream
 

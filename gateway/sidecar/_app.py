@@ -530,8 +530,10 @@ def _result_response(result: InvokeResult) -> Response:
 
 
 def _result_headers(result: InvokeResult) -> list[tuple[str, str]]:
-    # Each field read once: every read is a method call on the result.
-    headers = [("x-amzn-RequestId", result.request_id or new_request_id())]
+    # Each field read once: every read is a method call on the result. The request id
+    # as the upstream sent it, as copying the head's lines would relay it (request_id
+    # reads "other" for one that is not well-formed: for logs, metrics and spans).
+    headers = [("x-amzn-RequestId", result.field("request_id") or new_request_id())]
     for member, field_name in RESULT_MEMBERS:
         value = result.field(field_name)
         if value is not None:

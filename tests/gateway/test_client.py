@@ -31,7 +31,7 @@ async def recording_server(seen: list[Request]) -> Any:
                 ("Content-Type", "text/plain"),
                 ("x-Amzn-Invoked-Production-Variant", "v1"),
                 ("X-Amzn-SageMaker-Custom-Attributes", "back=1"),
-                ("x-amzn-RequestId", "req-123"),
+                ("x-amzn-RequestId", "abc-123"),
                 ("X-Amzn-SageMaker-New-Session-Id", "sess-9; Expires=2030-01-01T00:00:00Z"),
                 ("X-Amzn-SageMaker-Closed-Session-Id", "sess-8"),
             ),
@@ -84,7 +84,7 @@ async def test_every_header_arrives_and_every_field_returns(kind: str) -> None:
     assert "x-amz-date" in headers and "x-amz-security-token" not in headers
     assert result.body == b"answer" and result.content_type == "text/plain"
     assert result.invoked_variant == "v1" and result.custom_attributes == "back=1"
-    assert result.request_id == "req-123"
+    assert result.request_id == "abc-123"
     assert result.new_session_id == "sess-9; Expires=2030-01-01T00:00:00Z"
     assert result.closed_session_id == "sess-8"
 

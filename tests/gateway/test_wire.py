@@ -262,7 +262,7 @@ def test_encode_head() -> None:
 
 
 def error(
-    status: int, code: str | None, body: object = None, request_id: str | None = "rid-1"
+    status: int, code: str | None, body: object = None, request_id: str | None = "beef-0001"
 ) -> RawResponse:
     headers = {"content-type": "application/json"}
     if code is not None:
@@ -293,10 +293,10 @@ def error(
 def test_every_error_shape(status: int, code: str, cls: type, retryable: bool) -> None:
     decoded = decode_error(error(status, code + SUFFIX, {"message": f"{code} happened"}))
     assert type(decoded) is cls
-    assert (decoded.code, decoded.status, decoded.request_id) == (code, status, "rid-1")
+    assert (decoded.code, decoded.status, decoded.request_id) == (code, status, "beef-0001")
     assert decoded.message == f"{code} happened"
     assert decoded.retryable is retryable
-    assert code in str(decoded) and "rid-1" in str(decoded)
+    assert code in str(decoded) and "beef-0001" in str(decoded)
 
 
 def test_model_error_fields() -> None:
