@@ -17,7 +17,6 @@ sent, relayed and keyed with no code change.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -49,7 +48,7 @@ _GATEWAY_ID = re.compile(r"[a-z0-9]{1,64}")
 # never CR, LF or NUL: those would let a caller inject headers. Other control
 # characters are not valid in a field value either (RFC 9110 5.5).
 _FORBIDDEN_IN_HEADER = re.compile(r"[\r\n\x00]")
-_CONTROL_IN_HEADER = re.compile(r"[\x01-\x08\x0e-\x1b\x7f]")
+_CONTROL_IN_HEADER = re.compile(r"[\x01-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 # -- the vocabulary, from botocore's service model ------------------------------
@@ -65,6 +64,9 @@ SERVICE_NAMES = (
 # cache's key: InferenceId only labels the call in SageMaker's logs and output.
 # (A call with a SessionId is never answered from the cache at all.)
 NOT_IN_CACHE_KEY = frozenset({"InferenceId"})
+# Members whose values are the caller's secrets: no error, event, log, metric or span
+# carries them, whatever an upstream echoes (see "redaction at decode" below).
+SENSITIVE: Final = ("CustomerIdentityToken", "CustomAttributes")
 # Keywords that differ from botocore's snake_case of the member name (kept
 # for the callers that already use them).
 _KEYWORD_OVERRIDES = {
@@ -131,6 +133,7 @@ class Operation:
     # Places in ``headers`` of the members the cache key covers (all but NOT_IN_CACHE_KEY).
     keyed: tuple[int, ...]
     per_call: tuple[int, ...]  # places of members unique to a call (InferenceId): not memoised
+    sensitive: tuple[int, ...]  # places of members whose values are secrets (see SENSITIVE)
     before_host_memo: dict[tuple[object, ...], tuple[tuple[str, str], ...]]
     headers_memo: dict[tuple[object, ...], RequestHeaders]
     input_shape: Any  # botocore's (compat validates with it, as botocore does)
@@ -166,6 +169,10 @@ class MemberOrder:
         self.names = names
         self._places = tuple([operation.index(name) for name in names])
         self.same = names == tuple([member.name for member in operation.headers])
+
+    def secrets(self, values: tuple[object, ...]) -> tuple[str, ...]:
+        """The secrets among ``values`` (see :func:`secrets_in`)."""
+        return secrets_named(self.names, values)
 
     def place(self, values: tuple[object, ...]) -> tuple[object, ...]:
         """``values`` (one per name, None: unset) as the operation's member tuple."""
@@ -240,6 +247,7 @@ def _operation(service: Service, model: Any) -> Operation:
         name_index={m.name: i for i, m in enumerate(headers)},
         keyed=tuple(i for i, m in enumerate(headers) if m.name not in NOT_IN_CACHE_KEY),
         per_call=tuple(i for i, m in enumerate(headers) if m.name in NOT_IN_CACHE_KEY),
+        sensitive=tuple(i for i, m in enumerate(headers) if m.name in SENSITIVE),
         before_host_memo={},
         headers_memo={},
         input_shape=request_shape,
@@ -268,6 +276,10 @@ def _load_table() -> dict[tuple[str, str], Operation]:
 # Loaded once, at import (botocore's loader reads one JSON file per service: milliseconds).
 _TABLE = _load_table()
 _OPERATIONS = {name: op for (service, name), op in _TABLE.items() if service == SERVICE_NAME}
+# The wire headers of the sensitive members, in every runtime.
+_SENSITIVE_HEADERS: Final = frozenset(
+    m.header for op in _TABLE.values() for m in op.headers if m.name in SENSITIVE
+)
 
 
 def operation_table() -> Mapping[tuple[str, str], Operation]:
@@ -422,12 +434,17 @@ def request_for(
     )
 
 
-def check_endpoint_name(name: str) -> None:
+def check_endpoint_name(name: str, kind: str = "endpoint name") -> None:
     # The pattern's repetition counts hyphen runs as one step: check the length too.
     if len(name) > 63 or not _ENDPOINT_NAME.fullmatch(name):
         raise errors.InvalidRequest(
-            f"invalid endpoint name {name[:80]!r}: letters, digits and hyphens, at most 63"
+            f"invalid {kind} {name[:80]!r}: letters, digits and hyphens, at most 63"
         )
+
+
+def check_router_name(name: str) -> None:
+    """An inference router's name: the model's pattern is an endpoint name's."""
+    check_endpoint_name(name, "inference router name")
 
 
 def check_gateway_id(name: str) -> None:
@@ -448,9 +465,10 @@ def check_header_value(name: str, value: str) -> str:
         value.encode("latin-1")
     except UnicodeEncodeError:
         raise errors.InvalidHeaderValue(f"header {name} is not Latin-1 text") from None
-    # SigV4 folds every run of whitespace (tabs too) into one space; sending the
-    # value folded keeps the signature and the bytes on the wire in agreement.
-    return " ".join(value.split())
+    # Sent as given, as boto3 sends it: only the whitespace around it goes, which is no
+    # part of a field value (RFC 9110 5.5). SigV4's canonical form folds the runs inside
+    # (the signer does that); the model reads the caller's bytes.
+    return value.strip(" \t")
 
 
 def payload_bytes(body: Buffer, limit: int = MAX_PAYLOAD_BYTES, operation: str = "") -> bytes:
@@ -603,12 +621,13 @@ class InvokeResult:
 
     @property
     def request_id(self) -> str | None:
+        """The answer's ``x-amzn-RequestId``; ``other`` when it is not well-formed."""
         raw = self._raw
         if self._fields is None and raw is not None:
             # Every call's CallFinished event reads it: found by searching the
             # head, not by decoding every field (which a relay never needs).
-            return _request_id_of(raw)
-        return self._field("request_id")
+            return safe_request_id(_request_id_of(raw))
+        return safe_request_id(self._field("request_id"))
 
     @property
     def routed_resource_arn(self) -> str | None:
@@ -754,7 +773,7 @@ def async_invocation_from_response(response: RawResponse) -> AsyncInvocation:
         inference_id=inference_id if isinstance(inference_id, str) else None,
         output_location=response.headers.get("x-amzn-sagemaker-outputlocation"),
         failure_location=response.headers.get("x-amzn-sagemaker-failurelocation"),
-        request_id=response.headers.get("x-amzn-requestid"),
+        request_id=safe_request_id(response.headers.get("x-amzn-requestid")),
     )
 
 
@@ -836,22 +855,26 @@ def _text(body: dict[str, object] | None, *keys: str) -> str | None:
     return None
 
 
-def decode_error(response: RawResponse) -> errors.ServiceError:
+def decode_error(response: RawResponse, secrets: Sequence[str] = ()) -> errors.ServiceError:
     """Turn a non-2xx response into the matching typed error.
 
     Works on SageMaker's rest-json shape and degrades to the HTTP status for
     empty, truncated or non-JSON bodies (a load balancer's 502 page, say).
+    ``secrets`` (the call's ``CustomAttributes``, see :func:`secrets_in_headers`)
+    never reach the error, whatever the server echoed: every field is
+    redacted as it is decoded, and a code or request id that is not
+    well-formed reads ``other`` (see :func:`safe_code`, :func:`safe_request_id`).
     """
     body = _json_object(response.body)
-    code = _error_code(response.headers, body)
+    code = safe_code(_error_code(response.headers, body), secrets)
     error_class = _ERROR_CLASSES.get(code or "") or _STATUS_CLASSES.get(response.status)
     if error_class is None:
         error_class = errors.ServiceError
-    message = _text(body, "message", "Message") or _fallback_message(response)
+    message = redact(_text(body, "message", "Message") or _fallback_message(response), secrets)
     common: dict[str, object] = {
         "code": code or error_class.code,
         "status": response.status,
-        "request_id": response.headers.get("x-amzn-requestid"),
+        "request_id": safe_request_id(response.headers.get("x-amzn-requestid"), secrets),
         "retry_after": retry_after(response.headers),
     }
     if error_class is errors.ServiceError:
@@ -859,14 +882,14 @@ def decode_error(response: RawResponse) -> errors.ServiceError:
         common["retryable"] = response.status >= 500 or response.status == 429
     if error_class is errors.ModelError:
         return errors.ModelError(
-            message,
+            message or "",
             original_status_code=_int_or_none(body.get("OriginalStatusCode") if body else None),
-            original_message=_text(body, "OriginalMessage"),
-            log_stream_arn=_text(body, "LogStreamArn"),
-            error_code=_text(body, "ErrorCode"),
+            original_message=redact(_text(body, "OriginalMessage"), secrets),
+            log_stream_arn=redact(_text(body, "LogStreamArn"), secrets),
+            error_code=safe_code(_text(body, "ErrorCode"), secrets),
             **common,
         )
-    return error_class(message, **common)  # type: ignore[arg-type]
+    return error_class(message or "", **common)  # type: ignore[arg-type]
 
 
 # -- errors of the inference router and Global Inference Gateway runtimes -----
@@ -905,6 +928,24 @@ _RUNTIME_STATUS_CLASSES: dict[int, type[errors.ServiceError]] = {
 # A Global Inference Gateway's message says where the error came from.
 _ORIGIN = re.compile(r"(Global Inference Gateway|inference gateway(?: \([a-z ]+\))?):")
 REDACTED = "<redacted>"
+# What a code or request id that is not well-formed reads as, wherever it goes.
+OTHER: Final = "other"
+# A well-formed error code, once the rest-json prefix and suffix are gone (_bare_code):
+# an identifier such as ValidationError or ModelInvocationTimeExceeded.
+_CODE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
+# The codes the models and the gateway name: public names, never a caller's secret.
+_KNOWN_CODES: Final = frozenset(
+    {
+        *_ERROR_CLASSES,
+        *_RUNTIME_ERROR_CLASSES,
+        *(cls.code for cls in (*_ERROR_CLASSES.values(), *_RUNTIME_ERROR_CLASSES.values())),
+        *(code for op in _TABLE.values() for code in op.errors),
+        "ModelStreamError",
+    }
+)
+# A well-formed request id: hex digits and dashes (SageMaker's are UUIDs), bounded.
+_REQUEST_ID_CHARS: Final = "0123456789abcdefABCDEF-"
+_MAX_REQUEST_ID = 64
 
 
 def error_origin(message: str) -> str | None:
@@ -913,21 +954,40 @@ def error_origin(message: str) -> str | None:
     return match.group(1) if match else None
 
 
+# Retry-After's delay-seconds (RFC 9110 10.2.3) are ASCII digits; a decimal fraction is
+# taken too (servers send one). Not float()'s grammar: no sign, "_", exponent or "inf".
+_DELAY_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+# The longest wait an answer's Retry-After is read as (a relay passes it on as digits).
+MAX_RETRY_AFTER_S = 86_400.0
+
+
 def retry_after(headers: Mapping[str, str]) -> float | None:
-    """The seconds ``Retry-After`` asks for (a number, or an HTTP date); None without one."""
+    """The seconds ``Retry-After`` asks for (delay-seconds, or an HTTP date in any of
+    RFC 9110's three forms), at most MAX_RETRY_AFTER_S; None without a valid one."""
     value = headers.get("retry-after")
     if not value:
         return None
     value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
+    if _DELAY_SECONDS.fullmatch(value):
+        seconds = float(value)  # inf for a few hundred digits: clamped below
+    else:
         try:
             when = parsedate_to_datetime(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             return None
-        seconds = (when - datetime.now(UTC)).total_seconds() if when.tzinfo else math.nan
-    return max(seconds, 0.0) if math.isfinite(seconds) else None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)  # asctime's form names no zone: HTTP dates are GMT
+        seconds = (when - datetime.now(UTC)).total_seconds()
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
+
+
+# -- redaction at decode --------------------------------------------------------------
+#
+# Every field decoded from an upstream's error answer passes through these before
+# anything else sees it (the error's text and attributes, events, metrics, logs, spans):
+# text fields lose the call's secrets, codes and request ids that are not well-formed
+# (or hold a secret) read ``other``. A success answer's request id is checked the same
+# way wherever it is read (InvokeResult.request_id and the streams' and async calls').
 
 
 def redact(text: str | None, secrets: Sequence[str]) -> str | None:
@@ -940,6 +1000,73 @@ def redact(text: str | None, secrets: Sequence[str]) -> str | None:
     return text
 
 
+def _holds_secret(value: str, secrets: Sequence[str]) -> bool:
+    # Either way round: an upstream may echo a secret whole, or cut a piece of it.
+    return any(secret and (secret in value or value in secret) for secret in secrets)
+
+
+def safe_code(code: str | None, secrets: Sequence[str] = ()) -> str | None:
+    """``code`` if it is a well-formed error code that holds no secret, else ``other``."""
+    if code is None or code in _KNOWN_CODES:
+        return code
+    if not _CODE.fullmatch(code) or _holds_secret(code, secrets):
+        return OTHER
+    return code
+
+
+def safe_request_id(value: str | None, secrets: Sequence[str] = ()) -> str | None:
+    """``value`` if it is a well-formed request id (hex digits and dashes, at most 64)
+    that holds no secret, else ``other``; None and "" (no id) as they are."""
+    if not value:
+        return value
+    if len(value) > _MAX_REQUEST_ID or value.strip(_REQUEST_ID_CHARS):
+        return OTHER
+    if secrets and _holds_secret(value, secrets):
+        return OTHER
+    return value
+
+
+def secrets_of(values: Sequence[str]) -> tuple[str, ...]:
+    """The secrets to take out for sensitive ``values``: each as given, as sent (trimmed)
+    and as SigV4 folds it (a server may echo any of them), longest first."""
+    if not values:
+        return ()
+    found: set[str] = set()
+    for value in values:
+        for form in (value, value.strip(" \t"), " ".join(value.split())):
+            if form:
+                found.add(form)
+    return tuple(sorted(found, key=len, reverse=True))
+
+
+def secrets_in_headers(headers: Sequence[tuple[str, str]]) -> tuple[str, ...]:
+    """The secrets a request carries (its sensitive members' header values)."""
+    return secrets_of([value for name, value in headers if name in _SENSITIVE_HEADERS])
+
+
+def secrets_named(names: Sequence[str], values: Sequence[object]) -> tuple[str, ...]:
+    """The secrets among a typed method's ``values``, one per member of ``names``."""
+    return secrets_of(
+        [
+            str(value)
+            for name, value in zip(names, values, strict=True)
+            if name in SENSITIVE and value is not None
+        ]
+    )
+
+
+def secrets_in(operation: Operation, members: Sequence[object]) -> tuple[str, ...]:
+    """The secrets of a call's member tuple (``operation.headers`` order)."""
+    if not operation.sensitive:
+        return ()
+    if len(members) != len(operation.headers):
+        # A caller's tuple of another shape: keep every string out.
+        return secrets_of([value for value in members if isinstance(value, str)])
+    return secrets_of(
+        [str(members[index]) for index in operation.sensitive if members[index] is not None]
+    )
+
+
 def decode_runtime_error(response: RawResponse, secrets: Sequence[str] = ()) -> errors.ServiceError:
     """:func:`decode_error` for the inference router and Global Inference Gateway runtimes.
 
@@ -949,7 +1076,7 @@ def decode_runtime_error(response: RawResponse, secrets: Sequence[str] = ()) -> 
     ``CustomAttributes``) never reach the error's text, whatever the server echoed.
     """
     body = _json_object(response.body)
-    code = _error_code(response.headers, body)
+    code = safe_code(_error_code(response.headers, body), secrets)
     error_class = (
         _RUNTIME_ERROR_CLASSES.get(code or "")
         or _ERROR_CLASSES.get(code or "")
@@ -961,7 +1088,7 @@ def decode_runtime_error(response: RawResponse, secrets: Sequence[str] = ()) -> 
     common: dict[str, object] = {
         "code": code or error_class.code,
         "status": response.status,
-        "request_id": response.headers.get("x-amzn-requestid"),
+        "request_id": safe_request_id(response.headers.get("x-amzn-requestid"), secrets),
         "origin": error_origin(raw_message),
         "retry_after": retry_after(response.headers),
     }
@@ -972,15 +1099,15 @@ def decode_runtime_error(response: RawResponse, secrets: Sequence[str] = ()) -> 
             message,
             original_status_code=_int_or_none(body.get("OriginalStatusCode") if body else None),
             original_message=redact(_text(body, "OriginalMessage"), secrets),
-            log_stream_arn=_text(body, "LogStreamArn"),
-            error_code=_text(body, "ErrorCode"),
+            log_stream_arn=redact(_text(body, "LogStreamArn"), secrets),
+            error_code=safe_code(_text(body, "ErrorCode"), secrets),
             **common,
         )
     if error_class is errors.ResourceNotFound:
         return errors.ResourceNotFound(
             message,
-            resource_id=_text(body, "ResourceId"),
-            resource_type=_text(body, "ResourceType"),
+            resource_id=redact(_text(body, "ResourceId"), secrets),
+            resource_type=redact(_text(body, "ResourceType"), secrets),
             **common,
         )
     return error_class(message, **common)  # type: ignore[arg-type]

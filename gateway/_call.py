@@ -45,7 +45,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -61,6 +61,9 @@ from gateway._api import (
     decode_runtime_error,
     request_for,
     result_from_response,
+    safe_request_id,
+    secrets_in_headers,
+    secrets_of,
 )
 from gateway._events import (
     CANCELLED,
@@ -320,13 +323,17 @@ class Invoker:
         # The instrumentation stream; None (no hook): nothing is built or sent.
         self.emit: Emit | None = None
         # An error answer's decoder: each runtime's model has its own error shapes.
-        self.decode: Callable[[RawResponse], errors.ServiceError] = decode_error
+        self.decode: Callable[[RawResponse, Sequence[str]], errors.ServiceError] = decode_error
 
-    def _decode(self, plan: TargetPlan, response: RawResponse) -> errors.ServiceError:
+    def _decode(
+        self, plan: TargetPlan, response: RawResponse, request: PreparedRequest
+    ) -> errors.ServiceError:
+        # Redacted as it is decoded: the request's secrets never reach the error.
+        secrets = secrets_in_headers(request.headers)
         # An inference router target answers in its own runtime's error shapes.
         if plan.routing_target is not None:
-            return decode_runtime_error(response)
-        return self.decode(response)
+            return decode_runtime_error(response, secrets)
+        return self.decode(response, secrets)
 
     def plan(self, route: Route, state: TargetState) -> TargetPlan:
         # A TargetState belongs to exactly one route, so it is the key.
@@ -361,7 +368,7 @@ class Invoker:
         call.payload_hash = request.payload_hash  # hashed once, whatever the attempts
         if response.status == 200:
             return result_from_response(response, plan.endpoint)
-        raise self._decode(plan, response)
+        raise self._decode(plan, response, request)
 
     def _finish(
         self,
@@ -431,7 +438,7 @@ class Invoker:
             if response.status == 200:
                 record(route, state, plan.endpoint, started, None, PRIMARY, self.emit)
                 return result_from_response(response, plan.endpoint)
-            failure: BaseException = self._decode(plan, response)
+            failure: BaseException = self._decode(plan, response, request)
         except BaseException as error:  # recorded below, then retried or re-raised
             failure = error
         call = CallSpec(
@@ -571,15 +578,21 @@ class Invoker:
                 backoff *= 2  # the far side asked for room: give it some
             # Every target left is cooling down (Retry-After): wait for the first one back.
             backoff = max(backoff, route.ready_in(tried))
-            backoff = max(0.0, min(backoff, call.deadline - time.monotonic()))
+            return max(0.0, min(backoff, call.deadline - time.monotonic()))
+
+        def scheduled(state: RetryCallState) -> None:
+            # tenacity runs ``wait`` before ``stop``: only here is a retry certain.
             emit = self.emit
+            outcome = state.outcome
+            failure = outcome.exception() if outcome is not None else None
             if emit is not None and failure is not None:
-                emit(RetryScheduled(route.name, state.attempt_number, backoff, code_of(failure)))
-            return backoff
+                code = code_of(failure)
+                emit(RetryScheduled(route.name, state.attempt_number, state.upcoming_sleep, code))
 
         retrying = AsyncRetrying(
             stop=stop,
             wait=wait,
+            before_sleep=scheduled,
             retry=retry_if_exception(
                 lambda exc: (
                     isinstance(exc, errors.GatewayError) and _worth_retrying(exc, route, tried)
@@ -702,7 +715,7 @@ class Invoker:
         try:
             response = await self._transport.request(request, deadline)
             if response.status not in ok:
-                raise self._decode(plan, response)
+                raise self._decode(plan, response, request)
             return response
         except BaseException as exc:
             error = exc
@@ -763,11 +776,14 @@ async def observed_call(
     call: Awaitable[InvokeResult],
     cached: bool,
     routed: bool = False,
+    secret: object = None,
 ) -> InvokeResult:
     """One call between CallStarted and CallFinished (only when a hook listens).
 
     ``routed``: the route has inference router targets, so an answer may carry
     the router's reason and resource (read only then: it parses the head).
+    ``secret``: the call's CustomAttributes; an answer's request id that holds it
+    reads ``other``.
     """
     emit(new_event(CallStarted, (route, model, INVOKE_ENDPOINT)))
     started = time.monotonic()
@@ -784,6 +800,8 @@ async def observed_call(
         reason, resource = routing_labels(result.routing_reason, result.routed_resource_arn)
     # Not read for a lone hook that never reads it (the metrics hook, see Hook).
     request_id = result.request_id if getattr(emit, "reads_request_id", True) else None
+    if secret is not None and request_id:
+        request_id = safe_request_id(request_id, secrets_of((str(secret),)))
     emit(
         new_event(
             CallFinished,

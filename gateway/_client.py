@@ -32,6 +32,8 @@ from gateway._api import (
     InvokeResult,
     MemberOrder,
     check_header_value,
+    decode_error,
+    secrets_in,
 )
 from gateway._aws.sigv4 import Credentials
 from gateway._cached import CachedCalls
@@ -478,7 +480,9 @@ class Gateway:
                 timeout,
                 user_agent,
                 order,
-            )
+            ),
+            decode_error,
+            secrets_in(INVOKE_STREAM, members) if order is None else order.secrets(members),
         )
         return stream
 

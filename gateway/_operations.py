@@ -31,6 +31,8 @@ from gateway._api import (
     check_endpoint_name,
     payload_bytes,
     request_headers,
+    safe_request_id,
+    secrets_in,
 )
 from gateway._cached import KeyFields, KeyLayout
 from gateway._call import call_failed, emit_cached_call, observed_call, prepared
@@ -56,6 +58,7 @@ __all__ = ["check_timeout", "invoke_async_members", "invoke_members", "open_stre
 _MODEL: Final = INVOKE.index("TargetModel")
 _SESSION: Final = INVOKE.index("SessionId")
 _VARIANT: Final = INVOKE.index("TargetVariant")
+_ATTRIBUTES: Final = INVOKE.index("CustomAttributes")
 _STREAM_VARIANT: Final = INVOKE_STREAM.index("TargetVariant")
 
 
@@ -156,7 +159,8 @@ async def invoke_members(
         if emit is None:
             return await call
         routed = bool(route.routers)
-        return await observed_call(emit, route.name, target_model, call, False, routed)
+        secret = members[_ATTRIBUTES]
+        return await observed_call(emit, route.name, target_model, call, False, routed, secret)
     load = functools.partial(
         gateway._invoker.invoke,
         route,
@@ -173,7 +177,8 @@ async def invoke_members(
     if emit is None:
         return await loaded
     routed = bool(route.routers)
-    return await observed_call(emit, route.name, target_model, loaded, True, routed)
+    secret = members[_ATTRIBUTES]
+    return await observed_call(emit, route.name, target_model, loaded, True, routed, secret)
 
 
 async def open_stream(
@@ -226,7 +231,8 @@ async def open_stream(
     into.target = plan.endpoint
     if emit is None:
         return stream, finish
-    request_id = stream.headers.get("x-amzn-requestid")
+    secrets = secrets_in(INVOKE_STREAM, members)
+    request_id = safe_request_id(stream.headers.get("x-amzn-requestid"), secrets)
     return stream, _finish_observed(emit, finish, route.name, plan.endpoint, started, request_id)
 
 
@@ -288,7 +294,7 @@ async def invoke_async_members(
             None,
             None,
             INVOKE_ENDPOINT_ASYNC,
-            answer.request_id,
+            safe_request_id(answer.request_id, secrets_in(INVOKE_ASYNC, members)),
         )
     )
     return answer

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Final
 
 from gateway import errors
 from gateway._api import (
+    SENSITIVE,
     AsyncInvocation,
     InvokeResult,
     MemberOrder,
@@ -35,7 +36,10 @@ from gateway._api import (
     operation_table,
     payload_bytes,
     redact,
+    safe_request_id,
     sagemaker_headers,
+    secrets_in,
+    secrets_named,
 )
 from gateway._aws.models import GATEWAY_RUNTIME, INFERENCE_ROUTER_RUNTIME, service_model
 from gateway._call import Invoker, code_of, prepared
@@ -71,8 +75,6 @@ INVOKE_ROUTER: Final = "InvokeInferenceRouter"
 INVOKE_ROUTER_ASYNC: Final = "InvokeInferenceRouterAsync"
 INVOKE_GLOBAL_GATEWAY: Final = "InvokeGlobalInferenceGateway"
 INVOKE_GLOBAL_GATEWAY_STREAM: Final = "InvokeGlobalInferenceGatewayWithResponseStream"
-# The members whose values must never reach an error's text.
-SENSITIVE: Final = ("CustomerIdentityToken", "CustomAttributes")
 # Member tuples whose checked headers are remembered, per operation.
 _MAX_REMEMBERED = 1024
 # How deep an error's cause chain is searched for a secret (DeadlineExceeded wraps one).
@@ -275,7 +277,8 @@ class RuntimeCalls:
             emit = gateway._emit
             if emit is None:
                 return await sent
-            return await _observed(emit, route.name, operation_name, sent)
+            secrets = secrets_in(operation, members)
+            return await _observed(emit, route.name, operation_name, sent, secrets)
         except errors.GatewayError as error:
             redacted(error, _secrets_of(service, operation_name, members, names))
             raise
@@ -315,7 +318,8 @@ class RuntimeCalls:
             emit = gateway._emit
             if emit is None:
                 return async_invocation_from_response(await sent)
-            return await _observed_async(emit, route.name, plan.endpoint, sent)
+            secrets = secrets_in(operation, members)
+            return await _observed_async(emit, route.name, plan.endpoint, sent, secrets)
         except errors.GatewayError as error:
             secrets = _secrets_of(INFERENCE_ROUTER_RUNTIME, INVOKE_ROUTER_ASYNC, members, names)
             redacted(error, secrets)
@@ -336,7 +340,7 @@ class RuntimeCalls:
         opener = functools.partial(
             self._open_stream, stream, name, body, members, timeout, user_agent, names
         )
-        stream._parts = payload_parts(opener, decode_runtime_error)
+        stream._parts = payload_parts(opener, decode_runtime_error, secrets)
         return stream
 
     async def _open_stream(
@@ -386,7 +390,9 @@ class RuntimeCalls:
         into.target = plan.endpoint
         if emit is None:
             return stream, finish
-        request_id = stream.headers.get("x-amzn-requestid")
+        request_id = safe_request_id(
+            stream.headers.get("x-amzn-requestid"), secrets_in(operation, members)
+        )
         return stream, _finish_observed(
             emit, finish, route.name, plan, operation_name, started, request_id
         )
@@ -436,32 +442,20 @@ def global_gateway_routes(config: GatewayConfig) -> tuple[RouteConfig, ...]:
     return routes
 
 
-def _secrets(operation: Operation, members: tuple[object, ...]) -> tuple[str, ...]:
-    return tuple(
-        str(value)
-        for member, value in zip(operation.headers, members, strict=True)
-        if value is not None and member.name in SENSITIVE and str(value)
-    )
-
-
 def _secrets_of(
     service: str,
     operation_name: str,
     members: tuple[object, ...],
     names: tuple[str, ...] | None = None,
 ) -> tuple[str, ...]:
-    if names is not None and len(names) == len(members):  # a typed method's values
-        return tuple(
-            str(value)
-            for name, value in zip(names, members, strict=True)
-            if name in SENSITIVE and isinstance(value, str) and value
-        )
+    if names is not None:  # a typed method's values, one per name
+        return secrets_named(names, members)
     operation = operation_table().get((service, operation_name))
-    if operation is None or len(operation.headers) != len(members):
-        # An older botocore (the call fails naming the release it needs), or a
-        # caller's tuple of the wrong shape: keep every string out of error text.
+    if operation is None:
+        # An older botocore (the call fails naming the release it needs): keep every
+        # string out of error text.
         return tuple(str(value) for value in members if isinstance(value, str) and value)
-    return _secrets(operation, members)
+    return secrets_in(operation, members)
 
 
 def redacted(error: errors.GatewayError, secrets: tuple[str, ...]) -> errors.GatewayError:
@@ -519,7 +513,11 @@ def _finished(
 
 
 async def _observed(
-    emit: Emit, route: str, operation: str, call: Awaitable[InvokeResult]
+    emit: Emit,
+    route: str,
+    operation: str,
+    call: Awaitable[InvokeResult],
+    secrets: tuple[str, ...],
 ) -> InvokeResult:
     emit(CallStarted(route, None, operation))
     started = time.monotonic()
@@ -556,7 +554,7 @@ async def _observed(
             None,
             None,
             operation,
-            result.request_id,
+            safe_request_id(result.request_id, secrets),
             reason,
             resource,
         )
@@ -565,7 +563,11 @@ async def _observed(
 
 
 async def _observed_async(
-    emit: Emit, route: str, endpoint: str, call: Awaitable[RawResponse]
+    emit: Emit,
+    route: str,
+    endpoint: str,
+    call: Awaitable[RawResponse],
+    secrets: tuple[str, ...],
 ) -> AsyncInvocation:
     emit(CallStarted(route, None, INVOKE_ROUTER_ASYNC))
     started = time.monotonic()
@@ -585,7 +587,7 @@ async def _observed_async(
             None,
             None,
             INVOKE_ROUTER_ASYNC,
-            answer.request_id,
+            safe_request_id(answer.request_id, secrets),
         )
     )
     return answer

@@ -6,12 +6,12 @@ mypyc, which does not compile async generators; this one stays Python.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 
 import orjson
 
 from gateway import errors
-from gateway._api import decode_error, error_origin
+from gateway._api import decode_error, error_origin, redact, safe_code, safe_request_id
 from gateway._aws.eventstream import EventStreamDecoder, EventStreamError, Message
 from gateway._http.interfaces import MAX_ERROR_BODY_BYTES, StreamingResponse
 from gateway._http.message import RawResponse
@@ -61,16 +61,19 @@ class InvokeStream:
 
     @property
     def request_id(self) -> str | None:
-        return self.response_headers.get("x-amzn-requestid")
+        """The answer's ``x-amzn-RequestId``; ``other`` when it is not well-formed."""
+        return safe_request_id(self.response_headers.get("x-amzn-requestid"))
 
 
 async def payload_parts(
     open_stream: Callable[[], Awaitable[OpenedStream]],
-    decode: Callable[[RawResponse], errors.ServiceError] = decode_error,
+    decode: Callable[[RawResponse, Sequence[str]], errors.ServiceError] = decode_error,
+    secrets: Sequence[str] = (),
 ) -> AsyncGenerator[bytes, None]:
     """Open the stream on first iteration, then yield each PayloadPart's bytes.
 
-    ``decode`` reads an error answer (the runtime's model decides its shapes).
+    ``decode`` reads an error answer (the runtime's model decides its shapes);
+    ``secrets`` (the call's, see ``_api.secrets_in``) never reach an error it raises.
     """
     stream, finish = await open_stream()
     error: BaseException | None = None
@@ -79,7 +82,7 @@ async def payload_parts(
         try:
             if stream.status != 200:
                 body = await error_body_prefix(stream)
-                raise decode(RawResponse(stream.status, stream.headers, body))
+                raise decode(RawResponse(stream.status, stream.headers, body), secrets)
             decoder = EventStreamDecoder()
             async for chunk in stream.chunks():
                 try:
@@ -87,7 +90,7 @@ async def payload_parts(
                 except EventStreamError as exc:
                     raise _broken(f"corrupt response stream: {exc}", parts) from exc
                 for message in messages:
-                    payload = payload_or_raise(message)
+                    payload = payload_or_raise(message, secrets)
                     if payload is not None:
                         parts += 1
                         yield payload
@@ -128,26 +131,28 @@ async def error_body_prefix(stream: StreamingResponse) -> bytes:
     return b"".join(chunks)[:MAX_ERROR_BODY_BYTES]
 
 
-def payload_or_raise(message: Message) -> bytes | None:
-    """PayloadPart bytes, None for other events, or the error a stream carries."""
+def payload_or_raise(message: Message, secrets: Sequence[str] = ()) -> bytes | None:
+    """PayloadPart bytes, None for other events, or the error a stream carries (its
+    fields redacted as they are decoded, as ``_api.decode_error`` does)."""
     if message.message_type == "event":
         return message.payload if message.event_type == "PayloadPart" else None
-    code = message.exception_type or "InternalStreamFailure"
+    code = safe_code(message.exception_type, secrets) or "InternalStreamFailure"
     try:
         detail = orjson.loads(message.payload) if message.payload else {}
     except orjson.JSONDecodeError:
         detail = {}
     if not isinstance(detail, dict):
         detail = {}
-    text = str(detail.get("Message") or detail.get("message") or "")
-    origin = error_origin(text)  # a Global Inference Gateway's prefix, if any
+    raw_text = str(detail.get("Message") or detail.get("message") or "")
+    origin = error_origin(raw_text)  # a Global Inference Gateway's prefix, if any
+    text = redact(raw_text, secrets) or ""
     if code == "ModelStreamError":
         error_code = detail.get("ErrorCode")
         raise errors.ModelError(
             text or "model stream error",
             code=code,
             status=200,
-            error_code=error_code if isinstance(error_code, str) else None,
+            error_code=safe_code(error_code, secrets) if isinstance(error_code, str) else None,
             origin=origin,
         )
     if code == "InternalStreamFailure":

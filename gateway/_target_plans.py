@@ -12,7 +12,7 @@ here calls back into ``Gateway``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Final
 
 from gateway import errors
 from gateway._api import (
@@ -21,6 +21,7 @@ from gateway._api import (
     check_endpoint_name,
     check_gateway_id,
     check_header_value,
+    check_router_name,
     operation_table,
 )
 from gateway._aws.models import service_model
@@ -155,9 +156,7 @@ class TargetPlanner:
             "runtime.sagemaker",
         )
         # A Global Inference Gateway is named by its id; every other resource as an endpoint.
-        self._check_name: Callable[[str], None] = (
-            check_gateway_id if service == "sagemaker-gateway-runtime" else check_endpoint_name
-        )
+        self._check_name: Callable[[str], None] = _NAME_CHECKS.get(service, check_endpoint_name)
         self.origin: Origin | None = None
         self.region = ""
         self._region_urls: dict[str, str] = {}
@@ -301,7 +300,7 @@ class TargetPlanner:
     def plan_for(self, route: Route, state: TargetState) -> TargetPlan:
         target = state.target
         if target.inference_router is not None:
-            check_endpoint_name(target.inference_router)
+            check_router_name(target.inference_router)
             plan = TargetPlan(
                 target.inference_router,
                 self.router_origin(target.url, target.region),
@@ -318,6 +317,13 @@ class TargetPlanner:
             self.signer_for(target.region),
             target.variant,
         )
+
+
+# What a runtime's default route names: a gateway id, a router name, else an endpoint.
+_NAME_CHECKS: Final[dict[str, Callable[[str], None]]] = {
+    "sagemaker-gateway-runtime": check_gateway_id,
+    "sagemaker-inference-router-runtime": check_router_name,
+}
 
 
 def _user_agent(appid: str | None, extra: str | None) -> str:

@@ -106,6 +106,21 @@ def _trim(value: str) -> str:
     return " ".join(value.split())
 
 
+def _folds(block: str) -> bool:
+    """Whether Trimall changes a value of ``block`` (``name:value`` lines, newline-joined).
+
+    It does not when folding the whole block only turns its line breaks into spaces and
+    no value starts with a space (": " also matches a value holding a colon and a space:
+    such a block takes the slow path, to the same lines).
+    """
+    return " ".join(block.split()) != block.replace("\n", " ") or ": " in block
+
+
+def _trimmed_block(headers: Sequence[tuple[str, str]]) -> str:
+    # The values go on the wire as the caller gave them; only the canonical form folds them.
+    return "\n".join([f"{name}:{_trim(value)}" for name, value in headers])
+
+
 class AmzDateClock:
     """``x-amz-date`` strings, formatted once per wall-clock second."""
 
@@ -295,15 +310,19 @@ class SigV4Signer:
 
         ``request_prefix`` is ``"METHOD\\nCANONICAL-URI\\nCANONICAL-QUERY\\n"``
         (see :meth:`request_prefix`), computed once per target, and
-        ``headers`` are already lower-case, trimmed, unique, signable and
-        sorted by name: the client builds them in that order (``host`` is
-        always among them, so the list is never empty).
+        ``headers`` are already lower-case, unique, signable and sorted by
+        name (their values are Trimall-ed here, for the canonical form only):
+        the client builds them in that order (``host`` is always among them,
+        so the list is never empty).
 
-        One function with C-level joins, no per-header f-string and no
-        helper calls: it runs once per request (see ``bench/compare.py``).
+        One function with C-level joins and no per-header f-string unless a
+        value has whitespace to fold: it runs once per request (see
+        ``bench/compare.py``).
         """
         signed = ";".join(map(_name_of, headers))
         block = "\n".join(map(_colon_join, headers))
+        if _folds(block):
+            block = _trimmed_block(headers)
         return self.authorization_from_parts(
             request_prefix, signed, block, payload_hash, credentials, amz_date
         )
@@ -320,7 +339,7 @@ class SigV4Signer:
         """:meth:`authorization_presorted` with the header joins already done.
 
         ``signed`` is the ``;``-joined header names and ``block`` the
-        ``\n``-joined ``name:value`` lines: a caller that signs the same
+        ``\n``-joined ``name:value`` lines, values Trimall-ed: a caller that signs the same
         headers many times a second (the client does) joins them once.
         """
         canonical = "".join((request_prefix, block, "\n\n", signed, "\n", payload_hash))
@@ -351,6 +370,8 @@ class SigV4Signer:
         """
         signed = ";".join(map(_name_of, headers))
         block = "\n".join(map(_colon_join, headers))
+        if _folds(block):
+            block = _trimmed_block(headers)
         canonical = hashlib.sha256(f"{request_prefix}{block}\n\n{signed}\n".encode())
         day = amz_date[:8]
         scope_tail = self._scope_tail

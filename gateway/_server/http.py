@@ -104,6 +104,7 @@ class _Connection(_ResponseWriting):
             self._drain_waiter.set_exception(ConnectionResetError("connection lost"))
             self._drain_waiter.exception()  # mark retrieved: nobody may await it
         self._transport = None
+        self._release()
 
     # request queue ---------------------------------------------------------
 
@@ -304,9 +305,13 @@ class Server:
         interval = min(max(shortest / 4, 0.02), 1.0)
         while True:
             await asyncio.sleep(interval)
-            now = self.loop.time()
-            for connection in list(self._connections):
-                connection.check_timeouts(now, limits)
+            self._check_timeouts(self.loop.time(), limits)
+
+    def _check_timeouts(self, now: float, limits: ServerLimits) -> None:
+        # A function of its own: the loop's variable would keep the last connection
+        # (and what it holds) alive through the sweep's sleep.
+        for connection in list(self._connections):
+            connection.check_timeouts(now, limits)
 
     def _forget(self, connection: _Connection) -> None:
         self._connections.discard(connection)

@@ -99,6 +99,15 @@ def _unsupported_version(version: str) -> _Reject:
     return _Reject(505, f"HTTP/{version} is not supported: use HTTP/1.1")
 
 
+def _rejection(error: httptools.HttpParserError) -> _Reject:
+    """What stopped the parser: a limit a callback raised, else a malformed request."""
+    pending = error.__context__
+    if isinstance(pending, _StopParsing):
+        reject: _Reject = pending.args[0]
+        return reject
+    return _Reject(400, "malformed HTTP request")
+
+
 def _merge_repeated(pairs: list[tuple[str, str]]) -> dict[str, str]:
     merged: dict[str, str] = {}
     for name, value in pairs:
@@ -151,7 +160,8 @@ class _RequestReading:
         self._server = server
         self._loop = server.loop
         self._transport: asyncio.Transport | None = None
-        self._parser = httptools.HttpRequestParser(self)
+        # Its callbacks are this object's methods: a cycle, broken by _release at close.
+        self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
         self._client: tuple[str, int] | None = None
         self._queue: deque[Request | _Reject] = deque()
         self._queued_bytes = 0  # body bytes of the requests waiting in _queue
@@ -233,8 +243,11 @@ class _RequestReading:
 
     def _feed(self, data: bytes) -> bool:
         """Parse ``data``; False once parsing has stopped."""
+        parser = self._parser
+        if parser is None:
+            return False  # released: the connection is gone
         try:
-            self._parser.feed_data(data)
+            parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             # The request itself was complete and is queued; we never switch
             # protocols, so answer it as plain HTTP/1.1 and close.
@@ -246,11 +259,9 @@ class _RequestReading:
                 self._transport.close()
             return False
         except httptools.HttpParserError as exc:
-            pending = exc.__context__
-            if isinstance(pending, _StopParsing):
-                self._fail(pending.args[0])
-            else:
-                self._fail(_Reject(400, "malformed HTTP request"))
+            # Not kept in a local: the limit's exception holds the frames of the
+            # callback that raised it, and one of those is this call's own (a cycle).
+            self._fail(_rejection(exc))
             return False
         return self._phase >= 0 and self._transport is not None
 
@@ -314,7 +325,9 @@ class _RequestReading:
             # Refused before a byte of it is read; the lingering close lets
             # a client that is still sending read the answer.
             raise _StopParsing(self._too_large())
-        version = self._parser.get_http_version()
+        parser = self._parser
+        assert parser is not None  # a callback: only called while it is fed
+        version = parser.get_http_version()
         if version != "1.1" and version != "1.0":
             # llhttp takes a request line without a version as HTTP/0.9, and
             # any 2.x as 2.x; this server speaks neither.
@@ -365,6 +378,7 @@ class _RequestReading:
 
     def _build_request(self, body: bytes) -> Request:
         parser = self._parser
+        assert parser is not None  # a callback's helper: only called while it is fed
         url = self._url_parts[0] if len(self._url_parts) == 1 else b"".join(self._url_parts)
         target = url.decode("latin-1")
         path, _, query = target.partition("?")
@@ -424,10 +438,28 @@ class _RequestReading:
     def _fail(self, reject: _Reject) -> None:
         """Stop parsing; answer ``reject`` after the requests already queued."""
         self._phase = _STOPPED
+        # Nothing more is parsed: a refused or stalled body (megabytes, maybe) goes now,
+        # not when the connection does.
+        self._body_parts = []
+        self._backlog = b""
         if self._transport is not None:
             self._transport.pause_reading()
             self._reading_paused = True
         self._enqueue(reject)
+
+    def _release(self) -> None:
+        """The connection is gone: drop its buffers and the parser.
+
+        The parser's callbacks are this object's methods, so the two form a
+        cycle: only the cycle collector would free them, and what they hold (a
+        refused body of megabytes), and it rarely runs in a busy process (or
+        never looks, for what ``gc.freeze`` moved out of its sight).
+        """
+        self._parser = None
+        self._backlog = b""
+        self._queue.clear()
+        self._queued_bytes = 0
+        self._reset_message()
 
     @property
     def busy(self) -> bool:

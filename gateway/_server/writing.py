@@ -160,7 +160,13 @@ class _ResponseWriting(_RequestReading):
         if not transport.can_write_eof():
             transport.close()
             return
-        transport.write_eof()
+        try:
+            transport.write_eof()
+        except OSError:
+            # The client is gone already (ENOTCONN: it reset or timed out and closed
+            # while its answer was written): an ordinary close, not a worker failure.
+            transport.close()
+            return
         self._phase = _LINGER
         self._phase_since = self._loop.time()
         self._reading_paused = False

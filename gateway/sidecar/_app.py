@@ -533,8 +533,10 @@ def _result_response(result: InvokeResult) -> Response:
 
 
 def _result_headers(result: InvokeResult) -> list[tuple[str, str]]:
-    # Each field read once: every read is a method call on the result.
-    headers = [("x-amzn-RequestId", result.request_id or new_request_id())]
+    # Each field read once: every read is a method call on the result. The request id
+    # as the upstream sent it, as copying the head's lines would relay it (request_id
+    # reads "other" for one that is not well-formed: for logs, metrics and spans).
+    headers = [("x-amzn-RequestId", result.field("request_id") or new_request_id())]
     for member, field_name in RESULT_MEMBERS:
         value = result.field(field_name)
         if value is not None:
@@ -591,10 +593,17 @@ def _stream_headers(parts: object, members: tuple[object, ...]) -> list[tuple[st
 
 
 def _route_of(path: str) -> str | None:
-    """The route (endpoint name) of an invocation path, None for other paths."""
-    if not path.startswith("/endpoints/"):
+    """The route of an invocation path (an endpoint or router name, a gateway id), None for
+    other paths."""
+    if path.startswith("/endpoints/"):
+        rest = path[11:]
+    elif path.startswith(_ROUTER_PREFIX):
+        rest = path[len(_ROUTER_PREFIX) :]
+    elif path.startswith(_GATEWAY_PREFIX):
+        rest = path[len(_GATEWAY_PREFIX) :]
+    else:
         return None
-    name = path[11:].partition("/")[0]
+    name = rest.partition("/")[0]
     return unquote(name) if "%" in name else name
 
 

@@ -21,8 +21,13 @@ A worker that dies must not take its counts with it (the sum would go down,
 which Prometheus reads as a reset of the whole sum). Each worker keeps a
 snapshot of its exposition as of the last scrape it answered; when one dies,
 the supervisor adds that snapshot's counters and histograms to a
-``retired.prom`` file, and every scrape adds ``retired.prom`` to the live
-workers' numbers. What a worker counted after its last scrape is lost.
+``retired.prom`` file, which names the workers it holds, and every scrape adds
+``retired.prom`` to the live workers' numbers. A worker that does not answer a
+scrape in full (dead and not yet retired, restarting, slow, or killed while it
+answers) counts with its snapshot, unless ``retired.prom`` holds it already:
+each worker's counts are in a scrape exactly once, whichever worker answers and
+whenever the supervisor retires the dead one, so the sums never go down. What a
+worker counted after its last scrape is lost.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ __all__ = [
     "os_reason",
     "reserve_address",
     "resolve_worker_count",
+    "retire",
 ]
 
 logger = logging.getLogger("gateway.sidecar")
@@ -79,6 +85,55 @@ _RETIRED = "retired.prom"
 
 def _snapshot_path(directory: Path, index: int, pid: int) -> Path:
     return directory / f"snapshot-{index}-{pid}.prom"
+
+
+# A worker's answer to a sibling: its key, its exposition, then this line; an answer
+# cut short (the worker killed while writing) lacks it and is not used.
+_ANSWER_HEAD = b"# worker "
+_ANSWER_END = b"# EOF\n"
+# retired.prom's first line: the workers (index-pid) whose counts it holds.
+_RETIRED_HEAD = "# retired workers:"
+# How many retired workers it names (a scrape needs only those retired lately).
+_MAX_RETIRED_KEYS = 256
+
+
+def _read_retired(path: Path) -> tuple[list[str], str]:
+    """The workers ``retired.prom`` holds, and its exposition; none when it is absent."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return [], ""
+    head, _, rest = text.partition("\n")
+    if not head.startswith(_RETIRED_HEAD):
+        return [], text
+    return head[len(_RETIRED_HEAD) :].split(), rest
+
+
+def retire(directory: Path, index: int, pid: int) -> None:
+    """Keep a dead worker's counters: its last snapshot joins ``retired.prom``.
+
+    The file names the worker before its snapshot goes, so a scrape that read the
+    snapshot meanwhile sees it counted and leaves it out. Retiring twice adds once.
+    """
+    snapshot = _snapshot_path(directory, index, pid)
+    try:
+        last = snapshot.read_text()
+    except OSError:
+        return  # never scraped: nothing counted that anyone saw
+    retired = directory / _RETIRED
+    keys, text = _read_retired(retired)
+    key = f"{index}-{pid}"
+    if key not in keys:
+        merged = merge_expositions(
+            [text, cumulative_only(last)] if text else [cumulative_only(last)]
+        )
+        keys = [*keys, key][-_MAX_RETIRED_KEYS:]
+        head = f"{_RETIRED_HEAD} {' '.join(keys)}\n".encode()
+        try:
+            _write_atomically(retired, head + merged)
+        except OSError as exc:  # a full or vanished temp dir: the counts are lost, not the run
+            logger.warning("cannot keep a dead worker's counts", extra={"error": os_reason(exc)})
+    snapshot.unlink(missing_ok=True)
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
@@ -336,7 +391,7 @@ class Supervisor:
             code = await process.wait()
             worker.ready = False
             reason, worker.killed_for = worker.killed_for or "exited", None
-            self._retire(worker.index, process.pid)
+            retire(Path(self._dir), worker.index, process.pid)
             if self._stopping:
                 return
             lived = time.monotonic() - worker.started_at
@@ -350,25 +405,6 @@ class Supervisor:
             if self._stopping:
                 return
             await self._spawn(worker)
-
-    def _retire(self, index: int, pid: int) -> None:
-        """Keep a dead worker's counters: its last snapshot joins ``retired.prom``."""
-        directory = Path(self._dir)
-        snapshot = _snapshot_path(directory, index, pid)
-        try:
-            last = snapshot.read_text()
-        except OSError:
-            return  # never scraped: nothing counted that anyone saw
-        retired = directory / _RETIRED
-        try:
-            texts = [retired.read_text(), cumulative_only(last)]
-        except FileNotFoundError:
-            texts = [cumulative_only(last)]
-        try:
-            _write_atomically(retired, merge_expositions(texts))
-        except OSError as exc:  # a full or vanished temp dir: the counts are lost, not the run
-            logger.warning("cannot keep a dead worker's counts", extra={"error": os_reason(exc)})
-        snapshot.unlink(missing_ok=True)
 
     async def _wait_all(self) -> None:
         for worker in self._workers:
@@ -424,11 +460,13 @@ async def _drain(stream: asyncio.StreamReader) -> None:
 class WorkerContext:
     """A worker's link to its siblings: its own exposition out, theirs in."""
 
-    def __init__(self, index: int, directory: str) -> None:
+    def __init__(self, index: int, directory: str, pid: int | None = None) -> None:
         self.index = index
+        self.pid = os.getpid() if pid is None else pid
+        self.key = f"{index}-{self.pid}"
         self._dir = Path(directory)
         self._path = self._dir / f"worker-{index}.sock"
-        self._snapshot = _snapshot_path(self._dir, index, os.getpid())
+        self._snapshot = _snapshot_path(self._dir, index, self.pid)
         self._server: asyncio.AbstractServer | None = None
         self._local: Callable[[], bytes] = lambda: b""
 
@@ -475,7 +513,10 @@ class WorkerContext:
 
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            writer.write(self._own_exposition())
+            writer.write(
+                b"%b%b\n%b%b"
+                % (_ANSWER_HEAD, self.key.encode(), self._own_exposition(), _ANSWER_END)
+            )
             await writer.drain()
         except ConnectionError:
             pass
@@ -483,21 +524,52 @@ class WorkerContext:
             writer.close()
 
     async def exposition(self) -> bytes:
-        """Every live worker's metrics, added up (this one's read in-process).
+        """Every worker's metrics, added up (this one's read in-process).
 
         Per-process families keep their worker's number, whichever worker
-        answered the scrape.
+        answered the scrape. The order matters (see the module doc): the
+        answers, then the snapshots, then ``retired.prom``, which the
+        supervisor writes before it removes a retired worker's snapshot.
         """
         paths = sorted(self._sibling_paths(), key=_worker_number)
-        texts = await asyncio.gather(*(self._read(path) for path in paths))
-        live = [(str(_worker_number(p)), t) for p, t in zip(paths, texts, strict=True) if t]
-        # Dead workers' counters and histograms (nothing per process in it).
-        with contextlib.suppress(FileNotFoundError):
-            live.append(("retired", (self._dir / _RETIRED).read_text()))
-        return merge_expositions([text for _, text in live], [number for number, _ in live])
+        answers = await asyncio.gather(*(self._read(path) for path in paths))
+        snapshots = self._snapshots()
+        retired_keys, retired = _read_retired(self._dir / _RETIRED)
+        counted = set(retired_keys)
+        texts: list[str] = []
+        numbers: list[str] = []
+        for path, answer in zip(paths, answers, strict=True):
+            if answer is not None and answer[0] not in counted:
+                counted.add(answer[0])
+                texts.append(answer[1])
+                numbers.append(str(_worker_number(path)))
+        # Workers that did not answer in full: their counts as of their last answer
+        # (gauges and per-process families are not carried over).
+        for key, snapshot in snapshots:
+            if key not in counted:
+                counted.add(key)
+                texts.append(cumulative_only(snapshot))
+                numbers.append("snapshot")
+        if retired:
+            texts.append(retired)  # dead workers' counters and histograms
+            numbers.append("retired")
+        return merge_expositions(texts, numbers)
 
-    async def _read(self, path: Path) -> str | None:
-        return self._own_exposition().decode() if path == self._path else await _fetch(path)
+    async def _read(self, path: Path) -> tuple[str, str] | None:
+        """(the worker's key, its exposition), or None if it did not answer in full."""
+        if path == self._path:
+            return self.key, self._own_exposition().decode()
+        return await _fetch(path)
+
+    def _snapshots(self) -> list[tuple[str, str]]:
+        """(key, text) of every worker's last answer still on file."""
+        found: list[tuple[str, str]] = []
+        for path in sorted(self._dir.glob("snapshot-*-*.prom")):
+            try:
+                found.append((path.stem.removeprefix("snapshot-"), path.read_text()))
+            except FileNotFoundError:
+                continue  # retired meanwhile: retired.prom, read after, holds it
+        return found
 
     def _sibling_paths(self) -> Iterator[Path]:
         return self._dir.glob("worker-*.sock")
@@ -507,8 +579,8 @@ def _worker_number(path: Path) -> int:
     return int(path.stem.removeprefix("worker-"))
 
 
-async def _fetch(path: Path) -> str | None:
-    """A sibling's exposition; None if it is gone or restarting."""
+async def _fetch(path: Path) -> tuple[str, str] | None:
+    """A sibling's key and exposition; None if it is gone, restarting or cut off mid-answer."""
     try:
         async with asyncio.timeout(_SIBLING_TIMEOUT_S):
             reader, writer = await asyncio.open_unix_connection(str(path))
@@ -518,7 +590,10 @@ async def _fetch(path: Path) -> str | None:
                 writer.close()
     except (OSError, TimeoutError):
         return None
-    return data.decode()
+    if not data.startswith(_ANSWER_HEAD) or not data.endswith(_ANSWER_END):
+        return None
+    head, _, text = data[: -len(_ANSWER_END)].partition(b"\n")
+    return head[len(_ANSWER_HEAD) :].decode(), text.decode()
 
 
 # The signature the sidecar command calls in a worker.

@@ -31,7 +31,7 @@ async def recording_server(seen: list[Request]) -> Any:
                 ("Content-Type", "text/plain"),
                 ("x-Amzn-Invoked-Production-Variant", "v1"),
                 ("X-Amzn-SageMaker-Custom-Attributes", "back=1"),
-                ("x-amzn-RequestId", "req-123"),
+                ("x-amzn-RequestId", "abc-123"),
                 ("X-Amzn-SageMaker-New-Session-Id", "sess-9; Expires=2030-01-01T00:00:00Z"),
                 ("X-Amzn-SageMaker-Closed-Session-Id", "sess-8"),
             ),
@@ -73,7 +73,7 @@ async def test_every_header_arrives_and_every_field_returns(kind: str) -> None:
         "x-amzn-sagemaker-target-variant": "v1",
         "x-amzn-sagemaker-target-container-hostname": "c1",
         "x-amzn-sagemaker-inference-id": "inf-1",
-        "x-amzn-sagemaker-custom-attributes": "a=1; b=2",
+        "x-amzn-sagemaker-custom-attributes": "a=1;  b=2",  # as given: only SigV4 folds it
         "x-amzn-sagemaker-enable-explanations": "`true`",
         "x-amzn-sagemaker-inference-component": "ic-1",
         "x-amzn-sagemaker-session-id": "sess-8",
@@ -84,7 +84,7 @@ async def test_every_header_arrives_and_every_field_returns(kind: str) -> None:
     assert "x-amz-date" in headers and "x-amz-security-token" not in headers
     assert result.body == b"answer" and result.content_type == "text/plain"
     assert result.invoked_variant == "v1" and result.custom_attributes == "back=1"
-    assert result.request_id == "req-123"
+    assert result.request_id == "abc-123"
     assert result.new_session_id == "sess-9; Expires=2030-01-01T00:00:00Z"
     assert result.closed_session_id == "sess-8"
 
@@ -238,7 +238,6 @@ NO_RETRIES = {
 async def test_same_answers_as_boto3(kind: str, emulator: Emulator, boto_client: Any) -> None:
     async with gateway_for(emulator.url, transport=kind, routes=NO_RETRIES) as gw:
         for endpoint, arguments in [
-            # (whitespace runs differ on purpose: the gateway sends values folded as signed)
             ("echo", {"ContentType": "application/json", "CustomAttributes": "k=v; x=y"}),
             ("constant", {"Accept": "text/csv"}),
             ("ab", {"TargetVariant": "blue"}),

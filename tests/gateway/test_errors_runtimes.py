@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from gateway import errors
-from gateway._api import decode_runtime_error, error_origin, retry_after
+from gateway._api import MAX_RETRY_AFTER_S, decode_runtime_error, error_origin, retry_after
 from gateway._aws.eventstream import (
     EventStreamDecoder,
     internal_stream_failure,
@@ -109,13 +109,33 @@ def test_origin_from_the_message_prefix(message: str, origin: str | None) -> Non
 def test_retry_after() -> None:
     assert retry_after({"retry-after": "7"}) == 7.0
     assert retry_after({"retry-after": "0.25"}) == 0.25
-    assert retry_after({"retry-after": "-3"}) == 0.0
+    assert retry_after({"retry-after": "-3"}) is None  # delay-seconds has no sign
     assert retry_after({}) is None
     assert retry_after({"retry-after": "soon"}) is None
     assert retry_after({"retry-after": "nan"}) is None
     later = format_datetime(datetime.now(UTC) + timedelta(seconds=30), usegmt=True)
     seconds = retry_after({"retry-after": later})
     assert seconds is not None and 25 < seconds <= 30
+
+
+@pytest.mark.parametrize("value", ["1_0", "+5", "-5", "1e3", "inf", "0x10", "\u0661", "5 s", ". 5"])
+def test_retry_after_is_delay_seconds_not_pythons_float_grammar(value: str) -> None:
+    assert retry_after({"retry-after": value}) is None
+
+
+def test_retry_after_takes_every_http_date_form_and_clamps_what_it_relays() -> None:
+    later = datetime.now(UTC) + timedelta(seconds=60)
+    for form in (
+        format_datetime(later, usegmt=True),  # IMF-fixdate
+        later.strftime("%A, %d-%b-%y %H:%M:%S GMT"),  # RFC 850
+        later.strftime("%a %b ") + f"{later.day:2d}" + later.strftime(" %H:%M:%S %Y"),  # asctime
+    ):
+        seconds = retry_after({"retry-after": form})
+        assert seconds is not None and 55 < seconds <= 60, form
+    # An upstream's 1e308 (or 400 digits, or the year 9999) is not relayed as 309 digits.
+    assert retry_after({"retry-after": "1" + "0" * 400}) == MAX_RETRY_AFTER_S
+    assert retry_after({"retry-after": "Fri, 31 Dec 9999 23:59:59 GMT"}) == MAX_RETRY_AFTER_S
+    assert retry_after({"retry-after": "1e308"}) is None
 
 
 # -- decoded from the emulator's answers ---------------------------------------------

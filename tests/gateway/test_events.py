@@ -344,3 +344,35 @@ def test_metrics_hook_counts_cache_sources() -> None:
     for source in ("near", "near", "redis", "miss"):
         metrics(CacheLookup("r", source))
     assert metrics.cache_lookups == {"near": 2, "redis": 1, "miss": 1}
+
+
+@pytest.mark.parametrize(
+    "retry",
+    [
+        {"max_attempts": 1},
+        {"max_attempts": 2, "budget_ratio": 1.0, "min_per_second": 100},
+        # A budget that runs dry: most failures get no retry at all.
+        {"max_attempts": 3, "budget_ratio": 0.01, "min_per_second": 1},
+    ],
+    ids=["one-attempt", "two-attempts", "budget"],
+)
+async def test_retry_scheduled_only_for_retries_that_are_sent(
+    emulator: Emulator, retry: dict[str, Any]
+) -> None:
+    """One RetryScheduled per retry attempt: none when max_attempts, the budget or
+    the deadline says no (tenacity runs ``wait`` before ``stop``)."""
+    emulator.set_faults("a", error_rates={"InternalFailure": 1.0})
+    emulator.set_faults("b", error_rates={"InternalFailure": 1.0})
+    route = _route("a", "b", retry=retry, ejection={"max_ejected_share": 0.0})
+    recorder = Recorder()
+    async with _gateway(emulator, {"pair": route}, hooks=[recorder]) as gw:
+        for _ in range(40):
+            with pytest.raises(Exception):  # noqa: B017 - both targets fail
+                await gw.invoke("pair", b"x", timeout=2)
+    sent = [a for a in recorder.of(AttemptFinished) if a.kind == "retry"]
+    scheduled = recorder.of(RetryScheduled)
+    assert len(scheduled) == len(sent)
+    if retry["max_attempts"] == 1:
+        assert scheduled == []
+    else:
+        assert sent and all(r.attempt < retry["max_attempts"] for r in scheduled)

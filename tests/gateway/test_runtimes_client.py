@@ -173,7 +173,7 @@ async def test_router_missing_routing_target_is_refused_before_sending(
     async with _gateway(emulator) as gw:
         with pytest.raises(errors.InvalidRequest, match="RoutingTargetName"):
             await gw.invoke_router_members("r1", b"{}", (None,) * 6)
-        with pytest.raises(errors.InvalidRequest, match="invalid endpoint name"):
+        with pytest.raises(errors.InvalidRequest, match="invalid inference router name"):
             await gw.invoke_router("bad name", b"{}", routing_target="t")
     assert not [r for r in emulator.recorded if r.path.startswith("/inference-routers/")]
 

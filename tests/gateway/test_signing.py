@@ -305,3 +305,46 @@ def test_credentials_repr_hides_secrets() -> None:
     for text in (repr(credentials), str(credentials)):
         assert "AKIDVISIBLE" in text
         assert "very-secret" not in text
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(header_values, min_size=2, max_size=2))
+def test_the_presigned_head_signs_the_folded_values_and_sends_them_as_given(
+    values: list[str],
+) -> None:
+    """The wire keeps a value's inner whitespace; the signature covers its Trimall form."""
+    from gateway._http.message import Origin
+    from gateway._http.request import PreparedRequest, RequestSigner
+
+    credentials = Credentials("AKID", "secret")
+    signer = SigV4Signer("us-east-1")
+    origin = Origin.from_url("https://runtime.sagemaker.us-east-1.amazonaws.com")
+    path = "/endpoints/ep/invocations"
+    headers = [
+        ("content-type", check_header_value("content-type", values[0])),
+        ("host", origin.host_header),
+        ("x-amzn-sagemaker-custom-attributes", check_header_value("x", values[1])),
+    ]
+    request = PreparedRequest(
+        origin,
+        path,
+        SigV4Signer.request_prefix("POST", path),
+        list(headers),
+        b"body",
+        RequestSigner(signer, lambda: credentials),
+        "",
+        2,
+    )
+    head = request.encoded_head().decode("latin-1")
+    lines = dict(line.split(": ", 1) for line in head.split("\r\n")[1:] if line)
+    assert lines["x-amzn-sagemaker-custom-attributes"] == headers[2][1]
+    amz_date = lines["x-amz-date"]
+    expected = signer.authorization(
+        "POST",
+        path,
+        [*headers, ("x-amz-date", amz_date)],
+        payload_sha256(b"body"),
+        credentials,
+        amz_date,
+    )
+    assert lines["authorization"] == expected

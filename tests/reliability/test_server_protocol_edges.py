@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+import gc
 import logging
+import tracemalloc
 from collections.abc import AsyncIterator
 
 import pytest
@@ -14,6 +17,7 @@ from gateway._server.http import (
     Server,
     ServerLimits,
     StreamingResponse,
+    _Connection,
     start_server,
 )
 
@@ -385,3 +389,123 @@ async def test_a_request_arriving_after_close_began_is_not_read() -> None:
     # The one in flight is answered and says "close"; the late one is left unread.
     assert raw.count(b"HTTP/1.1 ") == 1
     assert b"connection: close" in raw and raw.endswith(b"/first")
+
+
+# -- what a closed connection keeps ------------------------------------------------
+
+
+async def test_refused_and_stalled_bodies_are_freed_at_close_without_the_cycle_collector() -> None:
+    """The issue's shape, smaller: connections that stall mid-body (408), send a body past
+    the limit (413) or vanish mid-body leave nothing behind once closed, with the cycle
+    collector off (a busy or gc-frozen process rarely runs it). Before, the parser and
+    the connection held each other, and with them every body part read."""
+    limits = ServerLimits(max_body_size=4_000_000, body_timeout=0.3, header_timeout=2.0)
+    server = await start_server(_handler, "127.0.0.1", 0, limits=limits)
+    part = b"z" * 1_000_000
+    stalled = b"POST /x HTTP/1.1\r\nhost: x\r\ncontent-length: 3900000\r\n\r\n" + part * 3
+    chunked = (
+        b"POST /x HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
+        + (b"%x\r\n%b\r\n" % (len(part), part)) * 5
+    )
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    before = _live_connections()
+    try:
+        tracemalloc.start()
+        baseline = tracemalloc.get_traced_memory()[0]
+        for round_ in range(3):
+            clients = []
+            for data in (stalled, chunked, stalled):
+                reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+                writer.write(data)
+                clients.append((reader, writer))
+            await asyncio.sleep(0.1)
+            assert len(_live_connections()) == len(before) + 3
+            answers = [await asyncio.wait_for(r.read(), 5) for r, _ in clients[:2]]
+            assert answers[0].startswith(b"HTTP/1.1 408 ") and answers[1].startswith(
+                b"HTTP/1.1 413"
+            )
+            for _, writer in clients:  # the third goes away mid-body
+                writer.transport.abort()
+            for _ in range(100):
+                if not server._connections:
+                    break
+                await asyncio.sleep(0.02)
+            assert server.connection_count == 0, round_
+        await asyncio.sleep(0.05)
+        held = tracemalloc.get_traced_memory()[0] - baseline
+        tracemalloc.stop()
+        assert _live_connections() == before
+        assert held < 2_000_000  # 9 connections read 3-4 MB each
+    finally:
+        if was_enabled:
+            gc.enable()
+        await server.close(grace=1.0)
+
+
+def _live_connections() -> list[object]:
+    return [o for o in gc.get_objects() if isinstance(o, _Connection)]
+
+
+class _GoneTransport:
+    """A transport whose peer has gone: shutdown(SHUT_WR) fails with ENOTCONN."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.written = b""
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def write_eof(self) -> None:
+        raise OSError(errno.ENOTCONN, "Transport endpoint is not connected")
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return default
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("closing", [False, True], ids=["refusal", "last-answer-at-close"])
+async def test_a_client_gone_before_the_half_close_is_an_ordinary_close(
+    caplog: pytest.LogCaptureFixture, closing: bool
+) -> None:
+    """write_eof() on a socket whose peer has gone raises ENOTCONN: the connection
+    closes quietly (before: "connection worker failed" and a traceback)."""
+
+    async def handler(request: Request) -> Response:
+        return Response(200, [], b"ok")
+
+    server = await start_server(handler, "127.0.0.1", 0, limits=LIMITS)
+    transport = _GoneTransport()
+    try:
+        connection = server._new_connection()
+        connection.connection_made(transport)  # type: ignore[arg-type]
+        caplog.set_level(logging.DEBUG, logger="gateway.http_server")
+        if closing:
+            server.closing = True  # the last answer says "close" and half-closes
+            connection.data_received(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+        else:
+            connection.data_received(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 5000\r\n\r\n")
+        for _ in range(50):
+            if transport.closed:
+                break
+            await asyncio.sleep(0.01)
+        assert transport.closed
+        assert transport.written.startswith(b"HTTP/1.1 200 " if closing else b"HTTP/1.1 413 ")
+        connection.connection_lost(None)
+    finally:
+        server.closing = False
+        await server.close(grace=1.0)
+    assert [r for r in caplog.records if r.name == "gateway.http_server"] == []

@@ -368,3 +368,58 @@ async def test_the_sidecars_own_errors_in_each_runtimes_vocabulary(
     assert missing.status_code == 400
     assert missing.headers["x-amzn-errortype"].startswith("ValidationException:")
     assert "RoutingTargetName" in missing.json()["Message"]  # the models name it so
+
+
+async def test_router_and_gateway_calls_are_logged_with_their_route_and_bad_names_named(
+    stack: tuple[Emulator, Sidecar],
+) -> None:
+    """The access log's route is the router name or gateway id (it was null), and a bad
+    one is refused as what it is (it read "invalid endpoint name")."""
+    import io
+    import logging
+
+    import httpx
+    import orjson
+
+    from gateway.sidecar import SidecarConfig
+    from gateway.sidecar._logging import JsonFormatter
+
+    _, sidecar = stack
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("gateway.access")
+    logger.addHandler(handler)
+    chat = json.dumps(CHAT).encode()
+    routed = {"x-amzn-sagemaker-routing-target-name": "t"}
+    as_json = {"content-type": "application/json"}
+    try:
+        async with (
+            Sidecar(sidecar.gateway, "127.0.0.1", 0, config=SidecarConfig(access_log=True)) as ours,
+            httpx.AsyncClient(base_url=ours.url) as client,
+        ):
+            router = await client.post(
+                "/inference-routers/r1/invocations", content=b"{}", headers=routed
+            )
+            gateway = await client.post(
+                "/global-inference-gateway/gw1/invocations", content=chat, headers=as_json
+            )
+            bad_router = await client.post(
+                "/inference-routers/bad_router/invocations", content=b"{}", headers=routed
+            )
+            bad_gateway = await client.post(
+                "/global-inference-gateway/GW-1/invocations", content=chat, headers=as_json
+            )
+    finally:
+        logger.removeHandler(handler)
+    assert (router.status_code, gateway.status_code) == (200, 200)
+    assert bad_router.status_code == bad_gateway.status_code == 400
+    assert "invalid inference router name 'bad_router'" in bad_router.json()["Message"]
+    assert "invalid Global Inference Gateway id 'GW-1'" in bad_gateway.json()["Message"]
+    lines = [orjson.loads(line) for line in stream.getvalue().splitlines()]
+    assert [(line["route"], line["status"]) for line in lines] == [
+        ("r1", 200),
+        ("gw1", 200),
+        ("bad_router", 400),
+        ("GW-1", 400),
+    ]

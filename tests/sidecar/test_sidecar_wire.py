@@ -307,3 +307,19 @@ async def test_a_field_sent_twice_is_relayed_once() -> None:
     assert b"X-Amzn-SageMaker-Custom-Attributes: a=2\r\n" in answer
     assert b"x-amzn-RequestId: r-1\r\n" in answer
     assert b"Content-Type: text/csv\r\n" in answer
+
+
+async def test_custom_attributes_are_relayed_as_the_client_sent_them(
+    emulator: Emulator, sidecar: Sidecar, boto_client: ClientFactory
+) -> None:
+    """Whitespace inside the value is the model's to read: the relay neither folds it nor
+    breaks the signature (the emulator verifies the sidecar's)."""
+    attributes = '{"q": "a  b",\t"k": 1} '
+    client = boto_client(sidecar.url)
+    response = await asyncio.to_thread(
+        client.invoke_endpoint, EndpointName="echo", Body=b"x", CustomAttributes=attributes
+    )
+    assert response["CustomAttributes"].strip(" \t") == attributes.strip()
+    (sent,) = [r for r in emulator.recorded if r.path == "/endpoints/echo/invocations"]
+    headers = {name.lower(): value for name, value in sent.headers}
+    assert headers["x-amzn-sagemaker-custom-attributes"].strip(" \t") == attributes.strip()

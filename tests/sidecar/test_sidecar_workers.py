@@ -26,7 +26,7 @@ from gateway._server import processes
 from gateway.emulator import Emulator
 from gateway.sidecar import SidecarProcess
 from gateway.sidecar._metrics import merge_expositions
-from gateway.sidecar._workers import available_cores, reserve_address
+from gateway.sidecar._workers import WorkerContext, available_cores, reserve_address, retire
 
 
 def _config(emulator: Emulator, **sidecar: Any) -> dict[str, Any]:
@@ -428,3 +428,67 @@ async def test_a_stopped_worker_is_killed_and_replaced(emulator: Emulator, tmp_p
     assert [(r["pid"], r["reason"], r["exit_code"]) for r in restarts] == [
         (victim, "unresponsive", -signal.SIGKILL)
     ]
+
+
+def _counter_text(value: int) -> bytes:
+    return (
+        "# HELP sagemaker_gateway_sidecar_requests_total Requests.\n"
+        "# TYPE sagemaker_gateway_sidecar_requests_total counter\n"
+        f'sagemaker_gateway_sidecar_requests_total{{operation="invoke"}} {value}.0\n'
+        "# HELP in_flight In flight.\n# TYPE in_flight gauge\nin_flight 1.0\n"
+    ).encode()
+
+
+async def test_summed_counters_never_go_down_when_a_worker_dies_mid_scrape(
+    tmp_path: Path,
+) -> None:
+    """The issue's 46 -> 24 -> 48: a worker killed between two scrapes (or while it
+    answers one) dropped out of the sum until the supervisor had kept its counts.
+    Whoever answers, whenever the supervisor retires the dead worker, the sum holds."""
+    counts = {0: 24, 1: 22}
+    scraper = WorkerContext(0, str(tmp_path), pid=1000)
+    victim = WorkerContext(1, str(tmp_path), pid=1001)
+    await scraper.start(lambda: _counter_text(counts[0]))
+    await victim.start(lambda: _counter_text(counts[1]))
+    seen: list[float] = []
+
+    async def scrape() -> None:
+        seen.append(_requests_total((await scraper.exposition()).decode()))
+
+    try:
+        await scrape()  # 46, and each worker's snapshot as of it
+        counts[1] = 24  # counted after the last scrape it answered: may be lost, never more
+        # Killed: its socket file stays, nobody answers on it.
+        assert victim._server is not None
+        victim._server.close()
+        await victim._server.wait_closed()
+        await scrape()  # before the supervisor noticed
+        # A sibling killed while writing its answer: cut mid-line.
+        cut = tmp_path / "worker-2.sock"
+        text = _counter_text(7)
+
+        async def half(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.write(b"# worker 2-1002\n" + text[: len(text) - 20])
+            writer.close()
+
+        server = await asyncio.start_unix_server(half, path=str(cut))
+        await scrape()
+        server.close()
+        await server.wait_closed()
+        cut.unlink()
+        counts[0] = 26
+        # The supervisor keeps the dead worker's last counts; a scrape may read its
+        # snapshot and the retired file at any point of that.
+        snapshot = (tmp_path / "snapshot-1-1001.prom").read_bytes()
+        retire(tmp_path, 1, 1001)
+        (tmp_path / "snapshot-1-1001.prom").write_bytes(snapshot)  # unlink not yet done
+        await scrape()
+        (tmp_path / "snapshot-1-1001.prom").unlink()
+        await scrape()
+        retire(tmp_path, 1, 1001)  # twice: still once
+        await scrape()
+    finally:
+        await scraper.close()
+        with contextlib.suppress(FileNotFoundError):
+            (tmp_path / "worker-1.sock").unlink()
+    assert seen == [46, 46, 46, 48, 48, 48]
