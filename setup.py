@@ -15,9 +15,11 @@ prints which build it measured).
 
 from __future__ import annotations
 
+import ast
 import concurrent.futures
 import importlib.machinery
 import os
+import re
 import runpy
 import sys
 from pathlib import Path
@@ -114,6 +116,92 @@ def wants_compiled() -> bool:
     return "editable_wheel" not in sys.argv
 
 
+def _docstrings(paths: list[str]) -> dict[tuple[str, str | None, str], str]:
+    """(module, class or None, name) -> docstring, for every class and function in ``paths``."""
+    found: dict[tuple[str, str | None, str], str] = {}
+    for path in paths:
+        module = path.removesuffix(".py").replace("/", ".")
+        tree = ast.parse((ROOT / path).read_text(), path)
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                found[(module, None, node.name)] = ast.get_docstring(node) or ""
+                for item in node.body:
+                    if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
+                        found[(module, node.name, item.name)] = ast.get_docstring(item) or ""
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                found[(module, None, node.name)] = ast.get_docstring(node) or ""
+    return found
+
+
+# In mypyc's C: a function's or method's wrapper with its doc string, and a type's name
+# and doc string (the doc strings hold only a text signature: "name(args)\n--\n\n").
+Name = tuple[str | None, str]  # (class or None, function) in one module
+_WRAPPER_DOC = re.compile(
+    r'\(PyCFunction\)CPyPy_(\w+),[^,]*?,\s*PyDoc_STR\(("(?:[^"\\]|\\.)*"|NULL)\)'
+)
+_TYPE_DOC = re.compile(
+    r'\.tp_name = "(\w+)",(?:(?!\n\};).)*?\.tp_doc = PyDoc_STR\(("(?:[^"\\]|\\.)*"|NULL)\)', re.S
+)
+
+
+def _c_string(text: str) -> str:
+    """``text`` as a C string literal (octal escapes: no escape can run into the next byte)."""
+    escaped = "".join(
+        chr(byte) if 32 <= byte < 127 and byte not in b'"\\?' else f"\\{byte:03o}"
+        for byte in text.encode()
+    )
+    return f'"{escaped}"'
+
+
+def keep_docstrings(c_files: list[Path], paths: list[str]) -> None:
+    """Add the sources' docstrings to the doc strings mypyc wrote into ``c_files``.
+
+    mypyc 2.4 gives a compiled function only its text signature as ``__doc__``, so
+    ``help()`` and notebooks would show nothing of the installed build. Each doc
+    string keeps that signature and gains the docstring of its function, method or
+    class, read from the source.
+    """
+    docs = _docstrings(paths)
+
+    def with_doc(signature_literal: str, doc: str) -> str:
+        pristine = signature_literal == "NULL" or signature_literal.endswith('\\n--\\n\\n"')
+        if not doc or not pristine:
+            return signature_literal
+        prefix = "" if signature_literal == "NULL" else signature_literal[:-1]
+        return (prefix + _c_string(doc)[1:]) if prefix else _c_string(doc)
+
+    for c_file in c_files:
+        module = c_file.stem.removeprefix("__native_").replace("___", ".")
+        names = {(cls, name): doc for (mod, cls, name), doc in docs.items() if mod == module}
+        if not names:
+            continue
+
+        def method_doc(
+            match: re.Match[str], names: dict[tuple[str | None, str], str] = names
+        ) -> str:
+            c_name, literal = match.group(1), match.group(2)
+            # The longest (class, name) whose C spelling ends the wrapper's name.
+            found = [
+                (len(key), doc)
+                for (cls, name), doc in names.items()
+                for key in [f"___{cls}___{name}" if cls else f"___{name}"]
+                if c_name.endswith(key)
+            ]
+            doc = max(found)[1] if found else ""
+            whole = match.group(0)
+            return whole[: match.start(2) - match.start(0)] + with_doc(literal, doc) + ")"
+
+        def type_doc(match: re.Match[str], names: dict[Name, str] = names) -> str:
+            doc = names.get((None, match.group(1)), "")
+            whole = match.group(0)
+            return whole[: match.start(2) - match.start(0)] + with_doc(match.group(2), doc) + ")"
+
+        text = c_file.read_text()
+        changed = _TYPE_DOC.sub(type_doc, _WRAPPER_DOC.sub(method_doc, text))
+        if changed != text:
+            c_file.write_text(changed)
+
+
 def compiled_modules() -> list[Extension]:
     if not wants_compiled():
         remove_in_place_builds()
@@ -126,6 +214,7 @@ def compiled_modules() -> list[Extension]:
     # dotted) and the modules' C files above it: let those find the headers.
     for extension in extensions:
         extension.include_dirs.append(os.path.join("build", *GROUP.split(".")[:-1]))
+    keep_docstrings(sorted((ROOT / "build").glob("__native_*.c")), list(HOT_PATH))
     return extensions
 
 

@@ -60,7 +60,7 @@ from gateway._gateway_config import (
 )
 from gateway._http.interfaces import Transport
 from gateway._http.message import Origin
-from gateway._metrics import DEFAULT_LABEL_CAP, GatewayMetrics
+from gateway._metrics import GatewayMetrics
 from gateway._prometheus import gateway_collector, gateway_metrics
 from gateway._runtimes import (
     GATEWAY_RUNTIME,
@@ -278,6 +278,11 @@ class Gateway:
         await self.aclose()
 
     async def start(self) -> None:
+        """Resolve hosts and credentials, open the pools and start health checks.
+
+        ``async with Gateway(...)`` calls it. A route over a runtime the installed
+        botocore has no model of raises :class:`gateway.errors.ServiceModelUnavailable`.
+        """
         if self._started:
             return
         self._runtimes.check_models()
@@ -312,6 +317,7 @@ class Gateway:
         self._started = True
 
     async def aclose(self) -> None:
+        """Stop health checks and close every connection and the cache's clients."""
         if self._health_task is not None:
             self._health_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -579,6 +585,7 @@ class Gateway:
         self._instrumentation.add(hook)
 
     def remove_hook(self, hook: Hook) -> None:
+        """Stop sending events to ``hook``."""
         self._instrumentation.remove(hook)
 
     @property
@@ -590,7 +597,9 @@ class Gateway:
         self._invoker.emit = emit
         self._runtimes.set_emit(emit)
 
-    def enable_metrics(self, label_cap: int = DEFAULT_LABEL_CAP) -> GatewayMetrics:
+    # A literal default (DEFAULT_LABEL_CAP's value): the compiled build can then show the
+    # signature to help() and inspect (mypyc gives none for a default it cannot print).
+    def enable_metrics(self, label_cap: int = 100) -> GatewayMetrics:
         """Count calls from now on (a ``GatewayMetrics`` hook); returns the counters.
 
         Idempotent: the first call decides ``label_cap`` (distinct error-code

@@ -6,6 +6,7 @@ with auditwheel, installs it into fresh virtualenvs and builds the sdist.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -203,3 +204,46 @@ def test_the_wheel_lives_beside_an_applications_and_pypis_cache_and_routing(
     assert re.search(r"^cache .*site-packages/cache/__init__\.py$", output, re.M), output
     assert re.search(r"^routing .*site-packages/routing/__init__\.py$", output, re.M), output
     assert output.strip().endswith("invoked")
+
+
+_HELP = """
+import inspect, json, pydoc
+from gateway import Gateway
+from gateway._build import build_kind
+public = [n for n, v in vars(Gateway).items() if callable(v) and not n.startswith("_")]
+report = {"build": build_kind(), "unsigned": [], "undocumented": [], "coroutines": []}
+for name in public:
+    method = getattr(Gateway, name)
+    try:
+        inspect.signature(method)
+    except ValueError:
+        report["unsigned"].append(name)
+    # mypyc's own function type for an async method has a read-only, empty __doc__.
+    if type(method).__name__ == "Function compiled with mypyc":
+        report["coroutines"].append(name)
+    elif not inspect.getdoc(method):
+        report["undocumented"].append(name)
+report["class"] = inspect.getdoc(Gateway) or ""
+report["invoke"] = inspect.getdoc(Gateway.invoke) or ""
+report["help"] = pydoc.render_doc(Gateway.invoke, renderer=pydoc.plaintext)
+print(json.dumps(report))
+"""
+
+
+def test_the_compiled_wheel_keeps_help_and_signatures(plain_install: Path, tmp_path: Path) -> None:
+    """help(), notebooks and signature readers see the compiled build's docs."""
+    report = json.loads(_run(plain_install, "-c", _HELP, cwd=tmp_path).strip().splitlines()[-1])
+    assert report["build"] == "compiled"
+    assert report["unsigned"] == []
+    assert report["undocumented"] == []
+    # Every method but the async ones (see _HELP) shows its docstring.
+    assert set(report["coroutines"]) <= {
+        "start",
+        "aclose",
+        "invoke_async",
+        "invoke_router_async",
+        "invoke_router_async_members",
+    }
+    assert report["class"].startswith("An async SageMaker Runtime client")
+    assert report["invoke"].startswith("InvokeEndpoint through the route")
+    assert "target_model=None" in report["help"] and "one deadline" in report["help"]

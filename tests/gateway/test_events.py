@@ -376,3 +376,13 @@ async def test_retry_scheduled_only_for_retries_that_are_sent(
         assert scheduled == []
     else:
         assert sent and all(r.attempt < retry["max_attempts"] for r in scheduled)
+
+
+def test_enable_metrics_defaults_to_the_metrics_label_cap() -> None:
+    """The default is written as a literal (so the compiled build can show it): the same."""
+    import inspect
+
+    from gateway._metrics import DEFAULT_LABEL_CAP
+
+    default = inspect.signature(Gateway.enable_metrics).parameters["label_cap"].default
+    assert default == DEFAULT_LABEL_CAP
