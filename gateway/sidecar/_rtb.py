@@ -11,7 +11,12 @@ keep-alive client (``gateway._http.native``). A bidder that answers 204,
 fails, times out or answers an error status yields 204: to an exchange every
 one of those is "no bid". The filter's score and reason travel in
 ``x-bid-filter-score`` and ``x-bid-filter-reason`` on the answer, and are
-passed to the bidder.
+passed to the bidder; a rule's decision also names it in ``x-bid-filter-rule``.
+
+``RtbProxy.reload`` (the command runs it on SIGHUP, in every worker) applies
+a new ``[rtb]`` table while serving: the policy (thresholds, rules) at once,
+for the next requests; a changed key that needs a restart (``bidders``,
+batch sizes, ...) is named in the log and left as it was.
 
 Bid requests may come gzipped (``Content-Encoding: gzip``, as exchanges
 send them): they are inflated to at most ``max_inflated_bytes`` (more is a
@@ -24,7 +29,9 @@ body, and forwarded to the bidder as received, still gzipped. The bidder sees th
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
+import logging
 import re
 import time
 import zlib
@@ -56,6 +63,7 @@ __all__ = [
     "MAX_GZIP_MEMBERS",
     "REASON_HEADER",
     "ROUTE_HEADER",
+    "RULE_HEADER",
     "SCORE_HEADER",
     "RtbConfig",
     "RtbProxy",
@@ -63,6 +71,7 @@ __all__ = [
 
 SCORE_HEADER: Final = "x-bid-filter-score"
 REASON_HEADER: Final = "x-bid-filter-reason"
+RULE_HEADER: Final = "x-bid-filter-rule"
 # Optional request header naming the traffic's route (e.g. the exchange), for
 # `route_thresholds`; unknown names fall through to the segment/global rules.
 ROUTE_HEADER: Final = "x-bid-filter-route"
@@ -91,6 +100,9 @@ _TRACESTATE_MEMBER: Final = re.compile(
 _TRACESTATE_MAX: Final = 512
 _TRACESTATE_MEMBERS: Final = 32
 _NO_BID: Final = 204
+# The [rtb] keys a reload applies while serving; any other that changed needs a restart.
+_RELOADABLE: Final = frozenset({"policy"})
+logger = logging.getLogger("gateway.rtb")
 _TEXT = ("Content-Type", "text/plain; charset=utf-8")
 _BATCH_BUCKETS: Final = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 # Gzip members one bid request may be made of (an exchange sends one): each
@@ -172,6 +184,7 @@ class RtbMetrics:
     def __init__(self, bid_filter: BidFilter) -> None:
         self._filter = bid_filter
         self.invalid = 0
+        self.reloads = {"applied": 0, "refused": 0}
         self.bidder_errors: dict[str, int] = {}
         self.bidder_responses: dict[int, int] = {}
         self.forwarded = _Histogram()
@@ -194,8 +207,27 @@ class RtbMetrics:
             ("unreadable", stats.unreadable, "Kept unscored: unreadable or too large."),
             ("score_timeouts", stats.timeouts, "Requests whose score missed the deadline."),
             ("score_errors", stats.errors, "Requests whose scoring call failed."),
+            ("rule_dropped", stats.rule_dropped, "Dropped unscored by a rule ([rtb.rules])."),
+            ("rule_kept", stats.rule_kept, "Kept unscored by a rule."),
+            ("held_back", stats.held_back, "A rule matched; kept anyway by its holdback share."),
         ):
             yield CounterMetricFamily(f"sagemaker_gateway_rtb_{name}", text, value=value)
+        hits = CounterMetricFamily(
+            "sagemaker_gateway_rtb_rule_hits",
+            "Bid requests each rule matched (whatever its action or holdback did).",
+            labels=["rule"],
+        )
+        for rule, count in stats.rule_hits.items():
+            hits.add_metric([rule], count)
+        yield hits
+        reloads = CounterMetricFamily(
+            "sagemaker_gateway_rtb_reloads",
+            "Reloads of the [rtb] table (SIGHUP): applied, or refused (the old one stays).",
+            labels=["outcome"],
+        )
+        for outcome, count in self.reloads.items():
+            reloads.add_metric([outcome], count)
+        yield reloads
         yield self._batch_family(stats.batch_sizes)
         unreadable = CounterMetricFamily(
             "sagemaker_gateway_rtb_unreadable_by_reason",
@@ -353,6 +385,39 @@ class RtbProxy:
         # Set by the sidecar when it traces: bidder requests get a client span.
         self.tracing: ServerTracing | None = None
 
+    def reload(self, config: RtbConfig) -> list[str]:
+        """Serve by ``config`` from now on where it can; the changed keys it could not apply.
+
+        The policy (thresholds, rules) applies to the next requests. A changed key
+        that needs a restart keeps its running value and is named in the result.
+        """
+        running = self.config
+        needs_restart = [
+            field.name
+            for field in dataclasses.fields(RtbConfig)
+            if field.name not in _RELOADABLE
+            and getattr(config, field.name) != getattr(running, field.name)
+        ]
+        kept = {name: getattr(running, name) for name in needs_restart}
+        self.config = dataclasses.replace(config, **kept)
+        self.filter.set_policy(config.policy)
+        self.metrics.reloads["applied"] += 1
+        logger.info(
+            "rtb config reloaded",
+            extra={"rules": list(config.policy.rules), "needs_restart": needs_restart},
+        )
+        if needs_restart:
+            logger.warning(
+                "rtb reload: these keys changed but apply only after a restart: %s",
+                ", ".join(needs_restart),
+            )
+        return needs_restart
+
+    def reload_refused(self, error: Exception) -> None:
+        """A reload whose config did not pass its checks: counted, logged; nothing changes."""
+        self.metrics.reloads["refused"] += 1
+        logger.error("rtb reload refused, the running config stays: %s", error)
+
     async def start(self) -> None:
         if self._http is None:
             timeout_ms = self.config.bidder_timeout_ms
@@ -503,4 +568,6 @@ def _decision_headers(decision: Decision) -> list[tuple[str, str]]:
     headers = [(REASON_HEADER, decision.reason.value)]
     if decision.score is not None:
         headers.append((SCORE_HEADER, f"{decision.score:.6g}"))
+    if decision.rule is not None:
+        headers.append((RULE_HEADER, decision.rule))
     return headers

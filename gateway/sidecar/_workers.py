@@ -9,7 +9,8 @@ cache) with its own listening socket bound with ``SO_REUSEPORT`` to the same
 address: the kernel spreads new connections over the workers' listeners.
 
 The supervisor restarts a worker that dies (with backoff), forwards
-SIGTERM/SIGINT to every worker and exits once all of them have exited.
+SIGTERM/SIGINT to every worker and exits once all of them have exited. It
+forwards SIGHUP too (each worker reloads its ``[rtb]`` table) and goes on.
 
 Metrics: each worker also answers its own exposition on a Unix socket in
 the supervisor's private directory. A ``/metrics`` scrape, whichever worker
@@ -199,6 +200,7 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._on_signal, signum)
+        loop.add_signal_handler(signal.SIGHUP, self._forward, signal.SIGHUP)
         _remove_orphaned_directories()
         self._dir = tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-")
         try:
