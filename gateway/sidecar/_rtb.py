@@ -13,6 +13,15 @@ one of those is "no bid". The filter's score and reason travel in
 ``x-bid-filter-score`` and ``x-bid-filter-reason`` on the answer, and are
 passed to the bidder; a rule's decision also names it in ``x-bid-filter-rule``.
 
+Every no-bid the proxy answers itself says why, in ``x-bid-filter-no-bid``:
+``below_threshold`` (the score), ``rule`` (a rule's drop), ``rate_cap`` (the
+bidders' cap) or ``unreadable`` (with ``unreadable = "no_bid"``), counted in
+``sagemaker_gateway_rtb_no_bids_total{reason}``. ``no_bid = "204"`` answers
+204 No Content; ``no_bid = "nbr"`` answers 200 with an OpenRTB bid response
+holding only the request's ``id`` and ``nbr``, the code from ``no_bid_codes``
+(defaults in ``NO_BID_CODES``) or the rule's own ``nbr``. A bidder's own
+no-bid, failure or timeout is relayed as 204, as before.
+
 ``RtbProxy.reload`` (the command runs it on SIGHUP, in every worker) applies
 a new ``[rtb]`` table while serving: the policy (thresholds, rules) at once,
 for the next requests; a changed key that needs a restart (``bidders``,
@@ -37,9 +46,10 @@ import time
 import zlib
 from bisect import bisect_left
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
+import orjson
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
 from gateway import errors
@@ -61,6 +71,8 @@ from gateway.sidecar._metrics import BUCKETS
 
 __all__ = [
     "MAX_GZIP_MEMBERS",
+    "NO_BID_CODES",
+    "NO_BID_HEADER",
     "REASON_HEADER",
     "ROUTE_HEADER",
     "RULE_HEADER",
@@ -72,6 +84,10 @@ __all__ = [
 SCORE_HEADER: Final = "x-bid-filter-score"
 REASON_HEADER: Final = "x-bid-filter-reason"
 RULE_HEADER: Final = "x-bid-filter-rule"
+NO_BID_HEADER: Final = "x-bid-filter-no-bid"
+# Why the proxy answered no-bid itself, and the OpenRTB nbr codes it gives by default
+# (OpenRTB 2.5 5.24 / 3.0 no-bid reasons: 0 unknown, 1 technical error, 2 invalid request).
+NO_BID_CODES: Final = {"below_threshold": 0, "rule": 0, "rate_cap": 1, "unreadable": 2}
 # Optional request header naming the traffic's route (e.g. the exchange), for
 # `route_thresholds`; unknown names fall through to the segment/global rules.
 ROUTE_HEADER: Final = "x-bid-filter-route"
@@ -101,7 +117,8 @@ _TRACESTATE_MAX: Final = 512
 _TRACESTATE_MEMBERS: Final = 32
 _NO_BID: Final = 204
 # The [rtb] keys a reload applies while serving; any other that changed needs a restart.
-_RELOADABLE: Final = frozenset({"policy"})
+_RELOADABLE: Final = frozenset({"policy", "no_bid", "no_bid_codes", "unreadable"})
+_JSON: Final = ("Content-Type", "application/json")
 logger = logging.getLogger("gateway.rtb")
 _TEXT = ("Content-Type", "text/plain; charset=utf-8")
 _BATCH_BUCKETS: Final = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -122,6 +139,16 @@ def _bidders(value: Any, key: str) -> Any:
 def _path(value: str) -> None:
     if not value.startswith("/"):
         raise ValueError(f"must start with '/', got {value!r}")
+
+
+def _no_bid_answer(value: Any, key: str) -> Any:
+    return str(value) if value == 204 else value  # the environment's 204 is a number
+
+
+def _no_bid_reasons(codes: Mapping[str, int]) -> None:
+    unknown = sorted(set(codes) - set(NO_BID_CODES))
+    if unknown:
+        raise ValueError(f"unknown reason {unknown[0]!r} (reasons: {', '.join(NO_BID_CODES)})")
 
 
 @section("rtb")
@@ -145,6 +172,12 @@ class RtbConfig:
     max_request_bytes: int = setting(default=DEFAULT_MAX_REQUEST_BYTES, ge=1)
     strict: bool = False
     oov_warning_share: float = setting(default=0.5, ge=0, le=1)
+    # The proxy's own no-bids: "204" (empty) or "nbr" (200, {"id", "nbr"}); the reason
+    # is in x-bid-filter-no-bid either way. Codes per reason override NO_BID_CODES.
+    no_bid: Literal["204", "nbr"] = setting(default="204", before=_no_bid_answer)
+    no_bid_codes: Mapping[str, int] = setting(factory=dict, ge=0, check=_no_bid_reasons)
+    # A request the filter cannot read (and `strict` is off): forwarded unscored, or no-bid.
+    unreadable: Literal["forward", "no_bid"] = "forward"
 
     def __post_init__(self) -> None:
         if not self.bidders:
@@ -185,6 +218,7 @@ class RtbMetrics:
         self._filter = bid_filter
         self.invalid = 0
         self.reloads = {"applied": 0, "refused": 0}
+        self.no_bids = dict.fromkeys(NO_BID_CODES, 0)
         self.bidder_errors: dict[str, int] = {}
         self.bidder_responses: dict[int, int] = {}
         self.forwarded = _Histogram()
@@ -228,6 +262,15 @@ class RtbMetrics:
         for outcome, count in self.reloads.items():
             reloads.add_metric([outcome], count)
         yield reloads
+        no_bids = CounterMetricFamily(
+            "sagemaker_gateway_rtb_no_bids",
+            "No-bids the proxy answered itself, by reason (below_threshold, rule, rate_cap, "
+            "unreadable); a bidder's own no-bids are not counted here.",
+            labels=["reason"],
+        )
+        for reason, count in self.no_bids.items():
+            no_bids.add_metric([reason], count)
+        yield no_bids
         yield self._batch_family(stats.batch_sizes)
         unreadable = CounterMetricFamily(
             "sagemaker_gateway_rtb_unreadable_by_reason",
@@ -381,6 +424,8 @@ class RtbProxy:
         self._bidders = itertools.cycle(self._targets)
         self._bidder_timeout = config.bidder_timeout_ms / 1000
         self._max_inflated = config.max_inflated_bytes
+        self._nbr = config.no_bid == "nbr"
+        self._codes = {**NO_BID_CODES, **config.no_bid_codes}
         self._http: NativeTransport | None = None
         # Set by the sidecar when it traces: bidder requests get a client span.
         self.tracing: ServerTracing | None = None
@@ -401,6 +446,8 @@ class RtbProxy:
         kept = {name: getattr(running, name) for name in needs_restart}
         self.config = dataclasses.replace(config, **kept)
         self.filter.set_policy(config.policy)
+        self._nbr = config.no_bid == "nbr"
+        self._codes = {**NO_BID_CODES, **config.no_bid_codes}
         self.metrics.reloads["applied"] += 1
         logger.info(
             "rtb config reloaded",
@@ -451,6 +498,8 @@ class RtbProxy:
         except InvalidBidRequest as invalid:
             if not self.filter.strict:  # the bidder may read it: keep it, unscored
                 unscored = _decision_headers(self.filter.unreadable(invalid))
+                if self.config.unreadable == "no_bid":
+                    return self._no_bid("unreadable", _request_id(request.body), unscored)
                 return await self._forward(request, unscored, self._bidder_timeout)
             self.metrics.invalid += 1
             status = 413 if invalid.reason == "too_large" else 400
@@ -459,11 +508,34 @@ class RtbProxy:
         decision = await self.filter.decide(parsed, route=route)
         decision_headers = _decision_headers(decision)
         if not decision.keep:
-            return Response(_NO_BID, decision_headers)
+            rule = decision.rule
+            if rule is None:
+                return self._no_bid("below_threshold", parsed.id, decision_headers)
+            return self._no_bid("rule", parsed.id, decision_headers, self._rule_code(rule))
         budget = self._bidder_timeout
         if parsed.tmax:
             budget = min(budget, parsed.tmax / 1000 - (time.perf_counter() - started))
         return await self._forward(request, decision_headers, budget)
+
+    def _no_bid(
+        self,
+        reason: str,
+        request_id: str,
+        headers: list[tuple[str, str]],
+        code: int | None = None,
+    ) -> Response:
+        """The proxy's own no-bid: counted by reason; 204, or 200 with OpenRTB's ``nbr``."""
+        self.metrics.no_bids[reason] += 1
+        headers.append((NO_BID_HEADER, reason))
+        if not self._nbr:
+            return Response(_NO_BID, headers)
+        nbr = self._codes[reason] if code is None else code
+        headers.append(_JSON)
+        return Response(200, headers, orjson.dumps({"id": request_id, "nbr": nbr}))
+
+    def _rule_code(self, rule: str) -> int | None:
+        found = self.config.policy.rules.get(rule)
+        return found.nbr if found is not None else None
 
     def _plain_body(self, request: Request) -> bytes:
         encoding = request.headers.get("content-encoding")
@@ -562,6 +634,15 @@ def valid_tracestate(value: str) -> bool:
             return False
         keys.add(member.partition("=")[0])
     return len(keys) == len(members)  # a key may appear once
+
+
+def _request_id(body: bytes) -> str:
+    """The ``id`` of a body the filter could not read, if it has one ("" if not)."""
+    try:
+        found = orjson.loads(body).get("id")
+    except (orjson.JSONDecodeError, AttributeError):
+        return ""
+    return found if isinstance(found, str) else ""
 
 
 def _decision_headers(decision: Decision) -> list[tuple[str, str]]:
