@@ -22,6 +22,11 @@ holding only the request's ``id`` and ``nbr``, the code from ``no_bid_codes``
 (defaults in ``NO_BID_CODES``) or the rule's own ``nbr``. A bidder's own
 no-bid, failure or timeout is relayed as 204, as before.
 
+``[rtb.rate_cap]`` caps the requests per second each bidder URL gets (see
+``gateway.sidecar._ratecap``): over the cap the lowest-scored kept requests
+are answered no-bid (``rate_cap``) first; with several workers each takes
+its share of the cap.
+
 ``RtbProxy.reload`` (the command runs it on SIGHUP, in every worker) applies
 a new ``[rtb]`` table while serving: the policy (thresholds, rules) at once,
 for the next requests; a changed key that needs a restart (``bidders``,
@@ -60,7 +65,7 @@ from gateway._http.options import PoolConfig
 from gateway._http.request import PreparedRequest
 from gateway._server.http import Request, Response
 from gateway._tracing import ServerTracing
-from gateway.rtb import BidFilter, Decision, FilterPolicy, Scorer
+from gateway.rtb import BidFilter, Decision, FilterPolicy, Reason, Scorer
 from gateway.rtb.request import (
     DEFAULT_MAX_REQUEST_BYTES,
     InvalidBidRequest,
@@ -68,6 +73,7 @@ from gateway.rtb.request import (
     refuse_duplicate_keys,
 )
 from gateway.sidecar._metrics import BUCKETS
+from gateway.sidecar._ratecap import BidderCap, RateCapConfig
 
 __all__ = [
     "MAX_GZIP_MEMBERS",
@@ -117,7 +123,9 @@ _TRACESTATE_MAX: Final = 512
 _TRACESTATE_MEMBERS: Final = 32
 _NO_BID: Final = 204
 # The [rtb] keys a reload applies while serving; any other that changed needs a restart.
-_RELOADABLE: Final = frozenset({"policy", "no_bid", "no_bid_codes", "unreadable"})
+_RELOADABLE: Final = frozenset({"policy", "no_bid", "no_bid_codes", "unreadable", "rate_cap"})
+# Priority under a rate cap of a request kept without a score by a rule (keep, holdback).
+_RULED: Final = frozenset({Reason.RULE_KEEP, Reason.HOLDBACK})
 _JSON: Final = ("Content-Type", "application/json")
 logger = logging.getLogger("gateway.rtb")
 _TEXT = ("Content-Type", "text/plain; charset=utf-8")
@@ -178,10 +186,15 @@ class RtbConfig:
     no_bid_codes: Mapping[str, int] = setting(factory=dict, ge=0, check=_no_bid_reasons)
     # A request the filter cannot read (and `strict` is off): forwarded unscored, or no-bid.
     unreadable: Literal["forward", "no_bid"] = "forward"
+    # Requests per second each bidder URL may get, over all workers ([rtb.rate_cap]).
+    rate_cap: RateCapConfig = setting(factory=RateCapConfig)
 
     def __post_init__(self) -> None:
         if not self.bidders:
             raise fail(self, "bidders", "must list at least one bidder URL")
+        unknown = sorted(set(self.rate_cap.bidders) - set(self.bidders))
+        if unknown:
+            raise fail(self, "rate_cap", f"bidders: {unknown[0]!r} is not one of rtb.bidders")
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any]) -> RtbConfig:
@@ -219,6 +232,7 @@ class RtbMetrics:
         self.invalid = 0
         self.reloads = {"applied": 0, "refused": 0}
         self.no_bids = dict.fromkeys(NO_BID_CODES, 0)
+        self.cap: BidderCap | None = None
         self.bidder_errors: dict[str, int] = {}
         self.bidder_responses: dict[int, int] = {}
         self.forwarded = _Histogram()
@@ -271,6 +285,18 @@ class RtbMetrics:
         for reason, count in self.no_bids.items():
             no_bids.add_metric([reason], count)
         yield no_bids
+        cap = self.cap
+        if cap is not None:
+            family = CounterMetricFamily(
+                "sagemaker_gateway_rtb_rate_cap",
+                "Kept requests through the bidders' rate cap: admitted, refused by the "
+                "adaptive score cut, or refused for want of a token.",
+                labels=["outcome"],
+            )
+            family.add_metric(["admitted"], cap.admitted)
+            family.add_metric(["cut"], cap.cut_off)
+            family.add_metric(["no_token"], cap.out_of_tokens)
+            yield family
         yield self._batch_family(stats.batch_sizes)
         unreadable = CounterMetricFamily(
             "sagemaker_gateway_rtb_unreadable_by_reason",
@@ -401,8 +427,10 @@ def _bidder_targets(urls: Sequence[str]) -> list[tuple[Origin, str]]:
 class RtbProxy:
     """Answers the OpenRTB path: score, then 204 or forward to a bidder."""
 
-    def __init__(self, scorer: Scorer, config: RtbConfig) -> None:
+    def __init__(self, scorer: Scorer, config: RtbConfig, *, workers: int = 1) -> None:
+        """``workers``: processes serving this config; each takes that share of the rate cap."""
         self.config = config
+        self._workers = workers
         self.path = config.path
         self.filter = BidFilter(
             scorer,
@@ -426,6 +454,8 @@ class RtbProxy:
         self._max_inflated = config.max_inflated_bytes
         self._nbr = config.no_bid == "nbr"
         self._codes = {**NO_BID_CODES, **config.no_bid_codes}
+        self._cap: BidderCap | None = None
+        self._set_rate_cap(config.rate_cap)
         self._http: NativeTransport | None = None
         # Set by the sidecar when it traces: bidder requests get a client span.
         self.tracing: ServerTracing | None = None
@@ -448,6 +478,7 @@ class RtbProxy:
         self.filter.set_policy(config.policy)
         self._nbr = config.no_bid == "nbr"
         self._codes = {**NO_BID_CODES, **config.no_bid_codes}
+        self._set_rate_cap(config.rate_cap)
         self.metrics.reloads["applied"] += 1
         logger.info(
             "rtb config reloaded",
@@ -459,6 +490,21 @@ class RtbProxy:
                 ", ".join(needs_restart),
             )
         return needs_restart
+
+    def _set_rate_cap(self, cap: RateCapConfig) -> None:
+        rates = cap.rates(self.config.bidders)
+        if all(rate is None for rate in rates):
+            self._cap = None
+        elif self._cap is None:
+            self._cap = BidderCap(rates, cap.burst_s, self._workers)
+        else:
+            self._cap.set_rates(rates, cap.burst_s, self._workers)
+        self.metrics.cap = self._cap
+
+    @property
+    def bidder_rates(self) -> list[float] | None:
+        """This process's cap per bidder, requests per second (None: no cap)."""
+        return None if self._cap is None else self._cap.rates
 
     def reload_refused(self, error: Exception) -> None:
         """A reload whose config did not pass its checks: counted, logged; nothing changes."""
@@ -500,7 +546,10 @@ class RtbProxy:
                 unscored = _decision_headers(self.filter.unreadable(invalid))
                 if self.config.unreadable == "no_bid":
                     return self._no_bid("unreadable", _request_id(request.body), unscored)
-                return await self._forward(request, unscored, self._bidder_timeout)
+                target = await self._bidder_for(self.filter.policy.threshold)
+                if target is None:
+                    return self._no_bid("rate_cap", _request_id(request.body), unscored)
+                return await self._forward(request, unscored, self._bidder_timeout, target)
             self.metrics.invalid += 1
             status = 413 if invalid.reason == "too_large" else 400
             return Response(status, (_TEXT,), str(invalid).encode())
@@ -512,10 +561,13 @@ class RtbProxy:
             if rule is None:
                 return self._no_bid("below_threshold", parsed.id, decision_headers)
             return self._no_bid("rule", parsed.id, decision_headers, self._rule_code(rule))
+        target = await self._bidder_for(self._priority(decision))
+        if target is None:
+            return self._no_bid("rate_cap", parsed.id, decision_headers)
         budget = self._bidder_timeout
         if parsed.tmax:
             budget = min(budget, parsed.tmax / 1000 - (time.perf_counter() - started))
-        return await self._forward(request, decision_headers, budget)
+        return await self._forward(request, decision_headers, budget, target)
 
     def _no_bid(
         self,
@@ -533,6 +585,23 @@ class RtbProxy:
         headers.append(_JSON)
         return Response(200, headers, orjson.dumps({"id": request_id, "nbr": nbr}))
 
+    async def _bidder_for(self, priority: float) -> tuple[Origin, str] | None:
+        """The bidder a kept request goes to; None when the rate cap refuses it."""
+        cap = self._cap
+        if cap is None:
+            return next(self._bidders)
+        admitted = cap.admit(priority)
+        if not isinstance(admitted, int):
+            admitted = await admitted
+        return self._targets[admitted] if admitted >= 0 else None
+
+    def _priority(self, decision: Decision) -> float:
+        """A kept request's rank under the rate cap: its score, else what stands for one."""
+        score = decision.score
+        if score is not None:
+            return score
+        return 1.0 if decision.reason in _RULED else self.filter.policy.threshold
+
     def _rule_code(self, rule: str) -> int | None:
         found = self.config.policy.rules.get(rule)
         return found.nbr if found is not None else None
@@ -549,7 +618,11 @@ class RtbProxy:
         raise BodyRefused(415, f"Content-Encoding {encoding!r} is not supported: send gzip")
 
     async def _forward(
-        self, request: Request, decision_headers: list[tuple[str, str]], budget: float
+        self,
+        request: Request,
+        decision_headers: list[tuple[str, str]],
+        budget: float,
+        target: tuple[Origin, str],
     ) -> Response:
         if budget <= 0:
             self.metrics.bidder_error("no_time_left")
@@ -557,7 +630,7 @@ class RtbProxy:
         http = self._http
         if http is None:
             raise RuntimeError("the RTB proxy is not started")
-        origin, path = next(self._bidders)
+        origin, path = target
         request_headers = request.headers
         headers: list[tuple[str, str]] = [("host", origin.host_header)]
         headers.extend(

@@ -95,6 +95,7 @@ class Sidecar:
         config: SidecarConfig | None = None,
         rtb: RtbConfig | None = None,
         reuse_port: bool = False,
+        workers: int = 1,
     ) -> None:
         self._owns_gateway = not isinstance(gateway_or_config, Gateway)
         self.gateway = _as_gateway(gateway_or_config)
@@ -107,7 +108,8 @@ class Sidecar:
         self._requested_port = default_port if port is None else port
         if rtb is None and "rtb" in self.gateway.config.sections:
             rtb = RtbConfig.from_mapping(self.gateway.config.sections["rtb"])
-        self.rtb = RtbProxy(self.gateway, rtb) if rtb is not None else None
+        # One of `workers` processes serving the port: the RTB rate cap is shared out.
+        self.rtb = RtbProxy(self.gateway, rtb, workers=workers) if rtb is not None else None
         authenticate = make_authenticator(config.auth, self.gateway.config.region)
         self.app = SidecarApp(self.gateway, config, authenticate, self.rtb)
         self.body_limits = OperationBodyLimits(config.max_body_bytes)
@@ -600,7 +602,14 @@ async def _serve(
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, signals.put_nowait, signum)
-    sidecar = Sidecar(gateway_config, host, port, config=config, reuse_port=worker is not None)
+    sidecar = Sidecar(
+        gateway_config,
+        host,
+        port,
+        config=config,
+        reuse_port=worker is not None,
+        workers=worker.count if worker is not None else 1,
+    )
     if read_rtb is not None:
         loop.add_signal_handler(signal.SIGHUP, reload_rtb_from, sidecar, read_rtb)
     await sidecar.start()

@@ -63,6 +63,7 @@ logger = logging.getLogger("gateway.sidecar")
 # configuration, so the SAGEMAKER_GATEWAY__* overlay never sees them).
 ENV_INDEX = "SAGEMAKER_GATEWAY_WORKER_INDEX"
 ENV_DIR = "SAGEMAKER_GATEWAY_WORKER_DIR"
+ENV_COUNT = "SAGEMAKER_GATEWAY_WORKER_COUNT"  # how many workers share the port (and the caps)
 
 # A worker that dies this soon after starting counts as crash-looping: the
 # delay before the next start doubles, up to the cap.
@@ -293,7 +294,12 @@ class Supervisor:
 
     async def _spawn(self, worker: _Worker) -> str | None:
         """Start ``worker``; its URL once it is ready, None if it exited first."""
-        env = {**os.environ, ENV_INDEX: str(worker.index), ENV_DIR: self._dir}
+        env = {
+            **os.environ,
+            ENV_INDEX: str(worker.index),
+            ENV_DIR: self._dir,
+            ENV_COUNT: str(self._count),
+        }
         command = [
             sys.executable,
             "-m",
@@ -426,8 +432,9 @@ async def _drain(stream: asyncio.StreamReader) -> None:
 class WorkerContext:
     """A worker's link to its siblings: its own exposition out, theirs in."""
 
-    def __init__(self, index: int, directory: str) -> None:
+    def __init__(self, index: int, directory: str, count: int = 1) -> None:
         self.index = index
+        self.count = count  # workers sharing the port: each takes 1/count of a rate cap
         self._dir = Path(directory)
         self._path = self._dir / f"worker-{index}.sock"
         self._snapshot = _snapshot_path(self._dir, index, os.getpid())
@@ -450,7 +457,8 @@ class WorkerContext:
         index, directory = os.environ.get(ENV_INDEX), os.environ.get(ENV_DIR)
         if index is None or not directory:
             return None
-        return cls(int(index), directory)
+        count = os.environ.get(ENV_COUNT, "1")
+        return cls(int(index), directory, int(count) if count.isdecimal() else 1)
 
     async def start(self, local_exposition: Callable[[], bytes]) -> None:
         """Answer siblings' requests for this worker's exposition."""
