@@ -39,7 +39,8 @@ from gateway._config_reader import section, setting
 
 __all__ = ["BidderCap", "RateCapConfig"]
 
-_RING: Final = 512  # recent priorities the cut is read from
+_RING: Final = 512  # recent priorities the cut is read from (a power of two)
+_MASK: Final = _RING - 1
 _WINDOW_S: Final = 0.1  # how often the offered rate (and the cut) are updated
 _INF: Final = math.inf
 
@@ -85,7 +86,7 @@ class BidderCap:
         self._recent = [0.0] * _RING
         self._seen = 0
         self._window_start = clock()
-        self._window_count = 0
+        self._window_seen = 0  # `_seen` when the window began
         self._offered: float | None = None
         self.cut = -_INF
         self.admitted = 0
@@ -115,11 +116,23 @@ class BidderCap:
 
     def admit(self, priority: float) -> int | asyncio.Future[int]:
         now = self._clock()
-        self._observe(priority, now)
+        seen = self._seen
+        self._recent[seen & _MASK] = priority
+        self._seen = seen + 1
+        if now - self._window_start >= _WINDOW_S:
+            self._new_window(now)
         if priority < self.cut:
             self.cut_off += 1
             return -1
         if not self._pending:
+            # The common case first: the next bidder's bucket is roomy as it stands.
+            index = self._cursor
+            have = self._tokens[index]
+            if have >= self._roomy[index]:
+                self._tokens[index] = have - 1.0
+                self._cursor = index + 1 if index + 1 < self._count else 0
+                self.admitted += 1
+                return index
             target = self._take(now, self._roomy)
             if target >= 0:
                 self.admitted += 1
@@ -144,7 +157,7 @@ class BidderCap:
                 self._stamps[index] = now
             if have >= (1.0 if floor is None else floor[index]):
                 tokens[index] = have - 1.0
-                self._cursor = index + 1
+                self._cursor = index + 1 if index + 1 < count else 0
                 return index
         return -1
 
@@ -165,18 +178,13 @@ class BidderCap:
                 self.admitted += 1
             future.set_result(target)
 
-    def _observe(self, priority: float, now: float) -> None:
-        self._recent[self._seen % _RING] = priority
-        self._seen += 1
-        self._window_count += 1
-        elapsed = now - self._window_start
-        if elapsed < _WINDOW_S:
-            return
-        rate = self._window_count / elapsed
+    def _new_window(self, now: float) -> None:
+        """Every ``_WINDOW_S``: the offered rate (averaged with the last), and the cut."""
+        rate = (self._seen - self._window_seen) / (now - self._window_start)
         offered = self._offered
         self._offered = rate if offered is None else (offered + rate) / 2
         self._window_start = now
-        self._window_count = 0
+        self._window_seen = self._seen
         self.cut = self._cut()
 
     def _cut(self) -> float:
