@@ -52,6 +52,7 @@ from gateway.sidecar._workers import (
     os_reason,
     reserve_address,
     resolve_worker_count,
+    worker_count,
 )
 
 __all__ = ["Sidecar", "SidecarProcess", "main"]
@@ -608,7 +609,7 @@ async def _serve(
         port,
         config=config,
         reuse_port=worker is not None,
-        workers=worker.count if worker is not None else 1,
+        workers=worker_count() if worker is not None else 1,
     )
     if read_rtb is not None:
         loop.add_signal_handler(signal.SIGHUP, reload_rtb_from, sidecar, read_rtb)

@@ -39,7 +39,7 @@ import stat
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +55,7 @@ __all__ = [
     "os_reason",
     "reserve_address",
     "resolve_worker_count",
+    "worker_count",
 ]
 
 logger = logging.getLogger("gateway.sidecar")
@@ -88,6 +89,12 @@ def _write_atomically(path: Path, data: bytes) -> None:
     partial = path.with_name(f".{path.name}.{os.getpid()}")
     partial.write_bytes(data)
     os.replace(partial, path)
+
+
+def worker_count(environ: Mapping[str, str] = os.environ) -> int:
+    """How many workers share this worker's port (1 outside a supervisor's workers)."""
+    count = environ.get(ENV_COUNT, "1")
+    return int(count) if count.isdecimal() and int(count) > 0 else 1
 
 
 def available_cores(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
@@ -432,9 +439,8 @@ async def _drain(stream: asyncio.StreamReader) -> None:
 class WorkerContext:
     """A worker's link to its siblings: its own exposition out, theirs in."""
 
-    def __init__(self, index: int, directory: str, count: int = 1) -> None:
+    def __init__(self, index: int, directory: str) -> None:
         self.index = index
-        self.count = count  # workers sharing the port: each takes 1/count of a rate cap
         self._dir = Path(directory)
         self._path = self._dir / f"worker-{index}.sock"
         self._snapshot = _snapshot_path(self._dir, index, os.getpid())
@@ -457,8 +463,7 @@ class WorkerContext:
         index, directory = os.environ.get(ENV_INDEX), os.environ.get(ENV_DIR)
         if index is None or not directory:
             return None
-        count = os.environ.get(ENV_COUNT, "1")
-        return cls(int(index), directory, int(count) if count.isdecimal() else 1)
+        return cls(int(index), directory)
 
     async def start(self, local_exposition: Callable[[], bytes]) -> None:
         """Answer siblings' requests for this worker's exposition."""
