@@ -96,7 +96,9 @@ NO_BID_HEADER: Final = "x-bid-filter-no-bid"
 NO_BID_CODES: Final = {"below_threshold": 0, "rule": 0, "rate_cap": 1, "unreadable": 2}
 # Optional request header naming the traffic's route (e.g. the exchange), for
 # `route_thresholds`; unknown names fall through to the segment/global rules.
+# `route_header` names another (behind AWS RTB Fabric: its link id, LINK_HEADER).
 ROUTE_HEADER: Final = "x-bid-filter-route"
+LINK_HEADER: Final = "x-amz-rtb-link-id"
 # Request headers passed on to the bidder (lower-case, as the server gives them).
 FORWARDED_HEADERS: Final[tuple[str, ...]] = (
     "content-type",
@@ -104,6 +106,7 @@ FORWARDED_HEADERS: Final[tuple[str, ...]] = (
     "x-openrtb-version",
     "x-forwarded-for",
     ROUTE_HEADER,
+    LINK_HEADER,
 )
 # W3C trace context (https://www.w3.org/TR/trace-context/), passed on when the
 # sidecar does not trace itself: only when valid, since the caller is not
@@ -123,7 +126,9 @@ _TRACESTATE_MAX: Final = 512
 _TRACESTATE_MEMBERS: Final = 32
 _NO_BID: Final = 204
 # The [rtb] keys a reload applies while serving; any other that changed needs a restart.
-_RELOADABLE: Final = frozenset({"policy", "no_bid", "no_bid_codes", "unreadable", "rate_cap"})
+_RELOADABLE: Final = frozenset(
+    {"policy", "no_bid", "no_bid_codes", "unreadable", "rate_cap", "route_header"}
+)
 # Priority under a rate cap of a request kept without a score by a rule (keep, holdback).
 _RULED: Final = frozenset({Reason.RULE_KEEP, Reason.HOLDBACK})
 _JSON: Final = ("Content-Type", "application/json")
@@ -149,6 +154,10 @@ def _path(value: str) -> None:
         raise ValueError(f"must start with '/', got {value!r}")
 
 
+def _header_name(value: Any, key: str) -> Any:
+    return value.lower() if isinstance(value, str) else value  # as the server gives them
+
+
 def _no_bid_answer(value: Any, key: str) -> Any:
     return str(value) if value == 204 else value  # the environment's 204 is a number
 
@@ -165,6 +174,8 @@ class RtbConfig:
 
     bidders: tuple[str, ...] = setting(before=_bidders, check=lambda urls: [*map(http_url, urls)])
     path: str = setting(default="/openrtb2/auction", check=_path)
+    # The request header whose value picks a `route_thresholds` entry.
+    route_header: str = setting(default=ROUTE_HEADER, before=_header_name)
     endpoint: str = "bid-filter"
     policy: FilterPolicy = setting(factory=FilterPolicy, inline=True)
     max_batch: int = setting(default=32, ge=1)
@@ -553,7 +564,7 @@ class RtbProxy:
             self.metrics.invalid += 1
             status = 413 if invalid.reason == "too_large" else 400
             return Response(status, (_TEXT,), str(invalid).encode())
-        route = request.headers.get(ROUTE_HEADER)
+        route = request.headers.get(self.config.route_header)
         decision = await self.filter.decide(parsed, route=route)
         decision_headers = _decision_headers(decision)
         if not decision.keep:
