@@ -5,6 +5,7 @@
     python -m bench.rtb_throughput --profile 20000  # cProfile of the filter side
     python -m bench.rtb_throughput --cache          # also with cached scores (near tier)
     python -m bench.rtb_throughput --gc default     # CPython's GC as it comes, not frozen
+    python -m bench.rtb_throughput --rules-cost     # what 20 rules and the rate cap add to submit
 
 The filter runs here, on one event loop (one core at most). Synthetic bid
 requests arrive open-loop at a steady offered rate (submitted each ~1 ms
@@ -39,6 +40,14 @@ is in the report's plan and in the table's first line.
 CPU use is read per process (getrusage here, /proc for the child) over the
 measured window. On a 2-core machine both processes share the cores with
 whatever else runs, so compare ratios and CPU per request, not absolutes.
+
+``--rules-cost`` measures no upstream: the CPU of ``BidFilter.submit`` on
+raw bodies, without rules and with ``TWENTY_RULES`` (twenty rules over
+nineteen paths, which most synthetic requests go through nearly all of)
+plus the proxy's rate cap admission of each request (buckets roomy: its
+common path). The two run in alternating rounds (which goes first alternates
+too) on the same bodies; it reports per request each one's CPU, the added
+microseconds (median and spread over the rounds) and the ratio.
 """
 
 from __future__ import annotations
@@ -54,6 +63,7 @@ import multiprocessing
 import os
 import pstats
 import resource
+import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -62,6 +72,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gateway import Gateway, tune_gc
+from gateway._config_reader import read
 from gateway.cache import CacheConfig, PredictionCache
 from gateway.emulator import Emulator
 from gateway.rtb import (
@@ -74,6 +85,7 @@ from gateway.rtb import (
 )
 from gateway.rtb.request import parse_record
 from gateway.rtb.synth import sample_bodies
+from gateway.sidecar._ratecap import BidderCap
 
 NOW = 1_717_597_800.0
 TICK_S = 0.001
@@ -352,6 +364,122 @@ def parse_and_features_us(rounds: int = 3, count: int = 2000, *, view: bool = Fa
     return round(best * 1e6, 2)
 
 
+# -- what rules and the rate cap cost -------------------------------------------------
+
+TWENTY_RULES: dict[str, dict[str, Any]] = {
+    "blocked-domains": {
+        "path": "site.domain",
+        "match": "in",
+        "values": [f"blocked{i}.example" for i in range(50)],
+    },
+    "blocked-bundles": {
+        "path": "app.bundle",
+        "match": "in",
+        "values": [f"com.blocked{i}" for i in range(50)],
+    },
+    "mfa": {"path": "site.domain", "match": "prefix", "values": ["mfa-", "arb-"]},
+    "bad-site-pubs": {"path": "site.publisher.id", "match": "in", "values": ["pub-dead"]},
+    "bad-app-pubs": {"path": "app.publisher.id", "match": "in", "values": ["pub-dead"]},
+    "embargo": {"path": "device.geo.country", "match": "in", "values": ["PRK", "IRN", "SYR"]},
+    "no-ip": {"path": "device.ip", "match": "absent", "holdback": 0.01},
+    "tiny-banner": {"path": "imp.banner.w", "match": "range", "max": 100},
+    "huge-floor": {"path": "imp.bidfloor", "match": "range", "min": 50.0},
+    "coppa": {"path": "regs.coppa", "match": "equals", "value": True},
+    "test": {"path": "test", "match": "equals", "value": True},
+    "short-tmax": {"path": "tmax", "match": "range", "max": 20},
+    "adult": {"path": "site.cat", "match": "in", "values": ["IAB25", "IAB26"]},
+    "old-os": {"path": "device.os", "match": "in", "values": ["Symbian", "BlackBerry"]},
+    "bots": {"path": "device.ua", "match": "prefix", "values": ["curl/", "python-requests"]},
+    "set-top": {"path": "device.devicetype", "match": "equals", "value": 7, "action": "keep"},
+    "audio": {"path": "imp.audio", "match": "exists", "action": "score", "threshold": 0.002},
+    "fpa": {"path": "at", "match": "equals", "value": 1, "action": "score", "threshold": 0.02},
+    "yen": {"path": "imp.bidfloorcur", "match": "equals", "value": "JPY"},
+    "no-schain": {"path": "source.schain", "match": "absent", "action": "score", "threshold": 0.03},
+}  # fmt: skip
+
+
+class _NeverCalled:
+    """A scorer the measured loop never reaches: batches go out after it (and fail open)."""
+
+    async def invoke(self, *args: Any, **kwargs: Any) -> Any:
+        raise ConnectionError("not measured")
+
+
+async def _submit_cpu_s(bid_filter: BidFilter, bodies: Sequence[bytes], cap: Any) -> float:
+    """CPU seconds of submitting every body (and, with ``cap``, admitting each); then drain."""
+    futures = []
+    submit = bid_filter.submit
+    admit = cap.admit if cap is not None else None
+    started = time.process_time()
+    for body in bodies:  # one loop for both: the same overhead on each side
+        futures.append(submit(body, now=NOW))
+        if admit is not None:
+            admit(0.5)
+    spent = time.process_time() - started
+    await asyncio.gather(*futures)
+    return spent
+
+
+async def _rules_cost(rounds: int, chunk: int) -> dict[str, Any]:
+    """Rounds of ``chunk`` bodies each way, alternating on one filter (its policy swapped)."""
+    bodies = sample_bodies(4096, seed=29)
+    plain, ruled = FilterPolicy(), read(FilterPolicy, {"rules": TWENTY_RULES}, "rtb")
+    bid_filter = BidFilter(_NeverCalled(), "bid-filter", policy=plain, max_batch=64)
+    cap = BidderCap([1e9, 1e9], burst_s=1.0, share=2)  # two bidders, two workers; roomy
+    base: list[float] = []
+    added: list[float] = []
+    matched = 0
+    for index in range(rounds + 2):  # the first two warm up
+        start = index * chunk % (len(bodies) - chunk)
+        part = bodies[start : start + chunk]
+        spent = {}
+        for with_rules in (False, True) if index % 2 == 0 else (True, False):
+            bid_filter.set_policy(ruled if with_rules else plain)
+            before = sum(bid_filter.stats.rule_hits.values())
+            spent[with_rules] = await _submit_cpu_s(bid_filter, part, cap if with_rules else None)
+            if index >= 2 and with_rules:
+                matched += sum(bid_filter.stats.rule_hits.values()) - before
+        if index >= 2:
+            base.append(spent[False] / chunk * 1e6)
+            added.append((spent[True] - spent[False]) / chunk * 1e6)
+    await bid_filter.aclose()
+    ordered = sorted(added)
+    quartiles = statistics.quantiles(added, n=4)
+    ratios = sorted((b + a) / b for b, a in zip(base, added, strict=True))
+    return {
+        "rounds": rounds,
+        "requests_per_round": chunk,
+        "rules": len(TWENTY_RULES),
+        "submit_us": round(statistics.median(base), 2),
+        "with_rules_and_cap_us": round(statistics.median(base) + statistics.median(added), 2),
+        "added_us_median": round(statistics.median(added), 2),
+        "added_us_min": round(ordered[0], 2),
+        "added_us_max": round(ordered[-1], 2),
+        "added_us_iqr": [round(quartiles[0], 2), round(quartiles[2], 2)],
+        "ratio": round(statistics.median(ratios), 3),
+        "ratio_iqr": [round(q, 3) for q in statistics.quantiles(ratios, n=4)[::2]],
+        "rule_matched_share": round(matched / (rounds * chunk), 3),
+    }
+
+
+def render_rules_cost(report: dict[str, Any]) -> str:
+    low, high = report["added_us_iqr"]
+    return "\n".join(
+        [
+            f"BidFilter.submit, {report['rounds']} alternating rounds of "
+            f"{report['requests_per_round']} raw bodies (CPU per request):",
+            f"  without rules:                    {report['submit_us']:.2f} us",
+            f"  {report['rules']} rules + rate cap admission:    "
+            f"{report['with_rules_and_cap_us']:.2f} us",
+            f"  added: {report['added_us_median']:.2f} us median (quartiles {low:.2f} to "
+            f"{high:.2f}, min {report['added_us_min']:.2f}, max {report['added_us_max']:.2f})",
+            f"  ratio {report['ratio']:.3f} (quartiles {report['ratio_iqr'][0]:.3f} to "
+            f"{report['ratio_iqr'][1]:.3f}); a rule matched {report['rule_matched_share']:.0%} "
+            "of the requests",
+        ]
+    )
+
+
 # -- command line -----------------------------------------------------------------
 
 
@@ -443,6 +571,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help="one low rate, short windows (CI)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--profile", type=int, metavar="RATE", help="cProfile at RATE (stub)")
+    parser.add_argument(
+        "--rules-cost",
+        action="store_true",
+        help="CPU that 20 rules and the rate cap add to BidFilter.submit (no upstream)",
+    )
+    parser.add_argument("--rounds", type=int, default=101, help="--rules-cost: alternating rounds")
     return parser
 
 
@@ -464,6 +598,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     import uvloop
 
+    if args.rules_cost:
+        cost = uvloop.run(_rules_cost(4 if quick else args.rounds, 100 if quick else 200))
+        print(json.dumps(cost, indent=2) if args.json else render_rules_cost(cost))
+        return 0
     if args.profile:
         print(profile(plan, args.profile, uvloop.run))
         return 0

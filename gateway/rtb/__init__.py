@@ -9,6 +9,9 @@ As a library::
         ...
         await bid_filter.aclose()
 
+Rules (`FilterPolicy(rules=...)`, ``[rtb.rules.<name>]``; `gateway.rtb.rules`)
+drop, keep or re-threshold requests by OpenRTB attributes before scoring.
+
 `parse_bid_request` raises `InvalidBidRequest` naming the bad field; the
 filter keeps such a request unscored (`Reason.UNREADABLE`) unless `strict`.
 Scoring is batched (`max_batch`, `max_wait`) into one text/csv call per
@@ -59,12 +62,14 @@ from gateway.rtb.request import (
     User,
     parse_bid_request,
 )
+from gateway.rtb.rules import RULE_PATHS, Rule
 from gateway.rtb.xgb import BUNDLED_MODEL_PATH, XGBoostModel, XGBoostPredictor, load_model
 
 __all__ = [
     "BUNDLED_FEATURES_PATH",
     "BUNDLED_MODEL_PATH",
     "DEFAULT_MAX_REQUEST_BYTES",
+    "RULE_PATHS",
     "SEGMENT_DIMENSIONS",
     "App",
     "BidFilter",
@@ -83,6 +88,7 @@ __all__ = [
     "Publisher",
     "Reason",
     "Regs",
+    "Rule",
     "Scorer",
     "Site",
     "User",

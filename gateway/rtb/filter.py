@@ -32,13 +32,14 @@ bypassed for the scoring calls (a batch body never repeats).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import functools
 import logging
 import math
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, Protocol
 
@@ -56,6 +57,7 @@ from gateway.rtb.request import (
     record_view,
     refuse_duplicate_keys,
 )
+from gateway.rtb.rules import DROP, KEEP, Rule, RuleSet, compile_rules
 from gateway.rtb.xgb import BUNDLED_MODEL_PATH, XGBoostModel
 
 __all__ = [
@@ -100,10 +102,15 @@ class Reason(enum.Enum):
     FAILED_OPEN = "failed_open"  # no score in time (timeout, error): kept
     SHADOW = "shadow"  # below threshold, kept because the filter only observes
     UNREADABLE = "unreadable"  # not scored: unreadable or over the size limit; kept
+    RULE_DROP = "rule_drop"  # a rule dropped it, unscored: answer "no bid"
+    RULE_KEEP = "rule_keep"  # a rule kept it, unscored
+    HOLDBACK = "holdback"  # a rule matched; kept unscored anyway by its holdback draw
 
 
 class Decision:
     """What the filter decided for one bid request. Immutable; equal by value.
+
+    ``rule`` names the rule that decided it (drop, keep or holdback), else None.
 
     A plain class with read-only properties rather than a frozen dataclass:
     compiled, it is built natively (one per request), where a frozen
@@ -111,14 +118,17 @@ class Decision:
     ``object.__setattr__``, about seven times slower.
     """
 
-    __slots__ = ("_keep", "_reason", "_score")
+    __slots__ = ("_keep", "_reason", "_rule", "_score")
     # ClassVar: compiled, a bare class attribute would become a slot.
-    __match_args__: ClassVar[tuple[str, ...]] = ("keep", "score", "reason")
+    __match_args__: ClassVar[tuple[str, ...]] = ("keep", "score", "reason", "rule")
 
-    def __init__(self, keep: bool, score: float | None, reason: Reason) -> None:
+    def __init__(
+        self, keep: bool, score: float | None, reason: Reason, rule: str | None = None
+    ) -> None:
         self._keep = keep
         self._score = score
         self._reason = reason
+        self._rule = rule
 
     @property
     def keep(self) -> bool:
@@ -132,20 +142,28 @@ class Decision:
     def reason(self) -> Reason:
         return self._reason
 
+    @property
+    def rule(self) -> str | None:
+        return self._rule
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Decision):
             return NotImplemented
-        return (self._keep, self._score, self._reason) == (
+        return (self._keep, self._score, self._reason, self._rule) == (
             other._keep,
             other._score,
             other._reason,
+            other._rule,
         )
 
     def __hash__(self) -> int:
-        return hash((self._keep, self._score, self._reason))
+        return hash((self._keep, self._score, self._reason, self._rule))
 
     def __repr__(self) -> str:
-        return f"Decision(keep={self._keep!r}, score={self._score!r}, reason={self._reason!r})"
+        rule = "" if self._rule is None else f", rule={self._rule!r}"
+        return (
+            f"Decision(keep={self._keep!r}, score={self._score!r}, reason={self._reason!r}{rule})"
+        )
 
 
 _FAILED_OPEN: Final = Decision(True, None, Reason.FAILED_OPEN)
@@ -173,6 +191,10 @@ class FilterStats:
     timeouts: int = 0
     errors: int = 0
     batch_sizes: dict[int, int] = field(default_factory=dict)
+    rule_dropped: int = 0  # dropped unscored by a rule (not in `dropped`)
+    rule_kept: int = 0  # kept unscored by a rule
+    held_back: int = 0  # a rule matched; kept unscored by its holdback draw
+    rule_hits: dict[str, int] = field(default_factory=dict)  # rule -> requests it matched
 
 
 class BidFilter:
@@ -206,6 +228,10 @@ class BidFilter:
     shares scores between identical feature rows, see the module docstring;
     `model_version` goes into every key, `cache_timeout` bounds a batch's
     Redis lookup.
+
+    Rules (``policy.rules``, see `gateway.rtb.rules`) are tried before any
+    scoring; `set_policy` and `set_rules` replace them (and the thresholds)
+    for the requests submitted afterwards, without a restart.
     """
 
     def __init__(
@@ -261,6 +287,7 @@ class BidFilter:
             invoke: Any = scorer.invoke
             self._invoke = functools.partial(invoke, cache=False)
         self._policy = policy if policy is not None else FilterPolicy()
+        self._rules: RuleSet | None = compile_rules(self._policy.rules)
         self._default_budget = default_budget
         if not 0.0 <= tmax_margin_share < 1.0:
             raise ValueError("tmax_margin_share must be within [0, 1)")
@@ -287,6 +314,20 @@ class BidFilter:
     def policy(self) -> FilterPolicy:
         return self._policy
 
+    def set_policy(self, policy: FilterPolicy) -> None:
+        """Decide the requests submitted from now on by ``policy`` (thresholds, rules, ...).
+
+        Requests already waiting for a score keep the threshold they were given.
+        The exploration draw goes on with its own sequence (``seed`` is read once).
+        """
+        rules = compile_rules(policy.rules)
+        self._policy = policy
+        self._rules = rules
+
+    def set_rules(self, rules: Mapping[str, Rule]) -> None:
+        """The policy as it is, with these rules (name -> `Rule`, tried in order)."""
+        self.set_policy(dataclasses.replace(self._policy, rules=rules))
+
     @property
     def strict(self) -> bool:
         return self._strict
@@ -306,6 +347,7 @@ class BidFilter:
         counters = self._batch_counters
         snapshot = FilterStats(**{n: getattr(self._counts, n) for n in _OWN_COUNTERS})
         snapshot.unreadable_reasons = dict(self._counts.unreadable_reasons)
+        snapshot.rule_hits = dict(self._counts.rule_hits)
         snapshot.rows, snapshot.out_of_vocabulary = self._spec.out_of_vocabulary()
         snapshot.batches = counters.batches
         snapshot.timeouts = counters.timeouts
@@ -370,6 +412,17 @@ class BidFilter:
             threshold = policy.threshold
         else:
             threshold = policy.threshold_for(view, route)
+        rules = self._rules
+        if rules is not None:
+            if isinstance(request, BidRequest):
+                index = rules.match_view(request)
+            else:
+                index = rules.match_record(record)
+            if index >= 0:
+                ruled = self._ruled(rules, index)
+                if ruled is not None:
+                    return self._decided(ruled)
+                threshold = rules.thresholds[index]  # action "score": the rule's own
         cache = self._cache
         if cache is None:
             return self._batcher.submit(row, budget, threshold)
@@ -457,6 +510,31 @@ class BidFilter:
             )
         self._oov_seen = now
         self._oov_next = now[0] + self._oov_window
+
+    def _ruled(self, rules: RuleSet, index: int) -> Decision | None:
+        """Count rule ``index``'s match; its decision, or None when it has the request scored."""
+        counts = self._counts
+        name = rules.names[index]
+        hits = counts.rule_hits
+        hits[name] = hits.get(name, 0) + 1
+        share = rules.holdbacks[index]
+        if share and self._rng.random() < share:
+            counts.kept += 1
+            counts.held_back += 1
+            return Decision(True, None, Reason.HOLDBACK, name)
+        action = rules.actions[index]
+        if action == DROP:
+            if self._policy.shadow:
+                counts.kept += 1
+                counts.shadowed += 1
+                return Decision(True, None, Reason.SHADOW, name)
+            counts.rule_dropped += 1
+            return Decision(False, None, Reason.RULE_DROP, name)
+        if action == KEEP:
+            counts.kept += 1
+            counts.rule_kept += 1
+            return Decision(True, None, Reason.RULE_KEEP, name)
+        return None
 
     @staticmethod
     def _decided(decision: Decision) -> asyncio.Future[Decision]:
@@ -605,6 +683,9 @@ _OWN_COUNTERS: Final = (
     "cache_near_hits",
     "cache_redis_hits",
     "cache_misses",
+    "rule_dropped",
+    "rule_kept",
+    "held_back",
 )
 
 

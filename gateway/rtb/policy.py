@@ -12,6 +12,7 @@ from typing import Final
 
 from gateway._config_reader import section, setting
 from gateway.rtb.request import BidRequest
+from gateway.rtb.rules import Rule
 
 __all__ = ["SEGMENT_DIMENSIONS", "FilterPolicy"]
 
@@ -50,6 +51,12 @@ class FilterPolicy:
     then `threshold`. `explore_share` of below-threshold requests are kept
     anyway (a seeded draw) so the model keeps seeing what it would drop.
     `shadow` scores and records but never drops.
+
+    `rules` (``[rtb.rules.<name>]``, see `gateway.rtb.rules`) are tried in
+    order before any scoring: the first that matches drops the request,
+    keeps it unscored, or has it scored against a threshold of its own
+    (which wins over the thresholds above). In shadow mode a rule's drop is
+    kept too.
     """
 
     threshold: float = setting(default=0.01, ge=0, le=1)
@@ -60,6 +67,7 @@ class FilterPolicy:
     explore_share: float = setting(default=0.0, ge=0, le=1)
     shadow: bool = False
     seed: int | None = setting(default=None, ge=0)
+    rules: Mapping[str, Rule] = setting(factory=dict)
 
     def threshold_for(self, request: BidRequest | None, route: str | None = None) -> float:
         """The threshold that applies to `request` (sent on `route`).

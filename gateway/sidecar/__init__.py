@@ -17,11 +17,12 @@ one of ``bidders`` with its answer relayed::
 
 from gateway.sidecar._config import AuthSettings, SidecarConfig
 from gateway.sidecar._errors import gateway_error_response
-from gateway.sidecar._rtb import REASON_HEADER, SCORE_HEADER, RtbConfig, RtbProxy
+from gateway.sidecar._rtb import REASON_HEADER, RULE_HEADER, SCORE_HEADER, RtbConfig, RtbProxy
 from gateway.sidecar._sidecar import Sidecar, SidecarProcess, main
 
 __all__ = [
     "REASON_HEADER",
+    "RULE_HEADER",
     "SCORE_HEADER",
     "AuthSettings",
     "RtbConfig",

@@ -11,7 +11,26 @@ keep-alive client (``gateway._http.native``). A bidder that answers 204,
 fails, times out or answers an error status yields 204: to an exchange every
 one of those is "no bid". The filter's score and reason travel in
 ``x-bid-filter-score`` and ``x-bid-filter-reason`` on the answer, and are
-passed to the bidder.
+passed to the bidder; a rule's decision also names it in ``x-bid-filter-rule``.
+
+Every no-bid the proxy answers itself says why, in ``x-bid-filter-no-bid``:
+``below_threshold`` (the score), ``rule`` (a rule's drop), ``rate_cap`` (the
+bidders' cap) or ``unreadable`` (with ``unreadable = "no_bid"``), counted in
+``sagemaker_gateway_rtb_no_bids_total{reason}``. ``no_bid = "204"`` answers
+204 No Content; ``no_bid = "nbr"`` answers 200 with an OpenRTB bid response
+holding only the request's ``id`` and ``nbr``, the code from ``no_bid_codes``
+(defaults in ``NO_BID_CODES``) or the rule's own ``nbr``. A bidder's own
+no-bid, failure or timeout is relayed as 204, as before.
+
+``[rtb.rate_cap]`` caps the requests per second each bidder URL gets (see
+``gateway.sidecar._ratecap``): over the cap the lowest-scored kept requests
+are answered no-bid (``rate_cap``) first; with several workers each takes
+its share of the cap.
+
+``RtbProxy.reload`` (the command runs it on SIGHUP, in every worker) applies
+a new ``[rtb]`` table while serving: the policy (thresholds, rules) at once,
+for the next requests; a changed key that needs a restart (``bidders``,
+batch sizes, ...) is named in the log and left as it was.
 
 Bid requests may come gzipped (``Content-Encoding: gzip``, as exchanges
 send them): they are inflated to at most ``max_inflated_bytes`` (more is a
@@ -24,15 +43,18 @@ body, and forwarded to the bidder as received, still gzipped. The bidder sees th
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
+import logging
 import re
 import time
 import zlib
 from bisect import bisect_left
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
+import orjson
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
 from gateway import errors
@@ -43,7 +65,7 @@ from gateway._http.options import PoolConfig
 from gateway._http.request import PreparedRequest
 from gateway._server.http import Request, Response
 from gateway._tracing import ServerTracing
-from gateway.rtb import BidFilter, Decision, FilterPolicy, Scorer
+from gateway.rtb import BidFilter, Decision, FilterPolicy, Reason, Scorer
 from gateway.rtb.request import (
     DEFAULT_MAX_REQUEST_BYTES,
     InvalidBidRequest,
@@ -51,11 +73,15 @@ from gateway.rtb.request import (
     refuse_duplicate_keys,
 )
 from gateway.sidecar._metrics import BUCKETS
+from gateway.sidecar._ratecap import BidderCap, RateCapConfig
 
 __all__ = [
     "MAX_GZIP_MEMBERS",
+    "NO_BID_CODES",
+    "NO_BID_HEADER",
     "REASON_HEADER",
     "ROUTE_HEADER",
+    "RULE_HEADER",
     "SCORE_HEADER",
     "RtbConfig",
     "RtbProxy",
@@ -63,9 +89,16 @@ __all__ = [
 
 SCORE_HEADER: Final = "x-bid-filter-score"
 REASON_HEADER: Final = "x-bid-filter-reason"
+RULE_HEADER: Final = "x-bid-filter-rule"
+NO_BID_HEADER: Final = "x-bid-filter-no-bid"
+# Why the proxy answered no-bid itself, and the OpenRTB nbr codes it gives by default
+# (OpenRTB 2.5 5.24 / 3.0 no-bid reasons: 0 unknown, 1 technical error, 2 invalid request).
+NO_BID_CODES: Final = {"below_threshold": 0, "rule": 0, "rate_cap": 1, "unreadable": 2}
 # Optional request header naming the traffic's route (e.g. the exchange), for
 # `route_thresholds`; unknown names fall through to the segment/global rules.
+# `route_header` names another (behind AWS RTB Fabric: its link id, LINK_HEADER).
 ROUTE_HEADER: Final = "x-bid-filter-route"
+LINK_HEADER: Final = "x-amz-rtb-link-id"
 # Request headers passed on to the bidder (lower-case, as the server gives them).
 FORWARDED_HEADERS: Final[tuple[str, ...]] = (
     "content-type",
@@ -73,6 +106,7 @@ FORWARDED_HEADERS: Final[tuple[str, ...]] = (
     "x-openrtb-version",
     "x-forwarded-for",
     ROUTE_HEADER,
+    LINK_HEADER,
 )
 # W3C trace context (https://www.w3.org/TR/trace-context/), passed on when the
 # sidecar does not trace itself: only when valid, since the caller is not
@@ -91,6 +125,14 @@ _TRACESTATE_MEMBER: Final = re.compile(
 _TRACESTATE_MAX: Final = 512
 _TRACESTATE_MEMBERS: Final = 32
 _NO_BID: Final = 204
+# The [rtb] keys a reload applies while serving; any other that changed needs a restart.
+_RELOADABLE: Final = frozenset(
+    {"policy", "no_bid", "no_bid_codes", "unreadable", "rate_cap", "route_header"}
+)
+# Priority under a rate cap of a request kept without a score by a rule (keep, holdback).
+_RULED: Final = frozenset({Reason.RULE_KEEP, Reason.HOLDBACK})
+_JSON: Final = ("Content-Type", "application/json")
+logger = logging.getLogger("gateway.rtb")
 _TEXT = ("Content-Type", "text/plain; charset=utf-8")
 _BATCH_BUCKETS: Final = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 # Gzip members one bid request may be made of (an exchange sends one): each
@@ -112,12 +154,28 @@ def _path(value: str) -> None:
         raise ValueError(f"must start with '/', got {value!r}")
 
 
+def _header_name(value: Any, key: str) -> Any:
+    return value.lower() if isinstance(value, str) else value  # as the server gives them
+
+
+def _no_bid_answer(value: Any, key: str) -> Any:
+    return str(value) if value == 204 else value  # the environment's 204 is a number
+
+
+def _no_bid_reasons(codes: Mapping[str, int]) -> None:
+    unknown = sorted(set(codes) - set(NO_BID_CODES))
+    if unknown:
+        raise ValueError(f"unknown reason {unknown[0]!r} (reasons: {', '.join(NO_BID_CODES)})")
+
+
 @section("rtb")
 class RtbConfig:
     """The ``[rtb]`` table: the filter's ``policy`` keys sit in it next to the proxy's own."""
 
     bidders: tuple[str, ...] = setting(before=_bidders, check=lambda urls: [*map(http_url, urls)])
     path: str = setting(default="/openrtb2/auction", check=_path)
+    # The request header whose value picks a `route_thresholds` entry.
+    route_header: str = setting(default=ROUTE_HEADER, before=_header_name)
     endpoint: str = "bid-filter"
     policy: FilterPolicy = setting(factory=FilterPolicy, inline=True)
     max_batch: int = setting(default=32, ge=1)
@@ -133,10 +191,21 @@ class RtbConfig:
     max_request_bytes: int = setting(default=DEFAULT_MAX_REQUEST_BYTES, ge=1)
     strict: bool = False
     oov_warning_share: float = setting(default=0.5, ge=0, le=1)
+    # The proxy's own no-bids: "204" (empty) or "nbr" (200, {"id", "nbr"}); the reason
+    # is in x-bid-filter-no-bid either way. Codes per reason override NO_BID_CODES.
+    no_bid: Literal["204", "nbr"] = setting(default="204", before=_no_bid_answer)
+    no_bid_codes: Mapping[str, int] = setting(factory=dict, ge=0, check=_no_bid_reasons)
+    # A request the filter cannot read (and `strict` is off): forwarded unscored, or no-bid.
+    unreadable: Literal["forward", "no_bid"] = "forward"
+    # Requests per second each bidder URL may get, over all workers ([rtb.rate_cap]).
+    rate_cap: RateCapConfig = setting(factory=RateCapConfig)
 
     def __post_init__(self) -> None:
         if not self.bidders:
             raise fail(self, "bidders", "must list at least one bidder URL")
+        unknown = sorted(set(self.rate_cap.bidders) - set(self.bidders))
+        if unknown:
+            raise fail(self, "rate_cap", f"bidders: {unknown[0]!r} is not one of rtb.bidders")
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any]) -> RtbConfig:
@@ -172,6 +241,9 @@ class RtbMetrics:
     def __init__(self, bid_filter: BidFilter) -> None:
         self._filter = bid_filter
         self.invalid = 0
+        self.reloads = {"applied": 0, "refused": 0}
+        self.no_bids = dict.fromkeys(NO_BID_CODES, 0)
+        self.cap: BidderCap | None = None
         self.bidder_errors: dict[str, int] = {}
         self.bidder_responses: dict[int, int] = {}
         self.forwarded = _Histogram()
@@ -194,8 +266,48 @@ class RtbMetrics:
             ("unreadable", stats.unreadable, "Kept unscored: unreadable or too large."),
             ("score_timeouts", stats.timeouts, "Requests whose score missed the deadline."),
             ("score_errors", stats.errors, "Requests whose scoring call failed."),
+            ("rule_dropped", stats.rule_dropped, "Dropped unscored by a rule ([rtb.rules])."),
+            ("rule_kept", stats.rule_kept, "Kept unscored by a rule."),
+            ("held_back", stats.held_back, "A rule matched; kept anyway by its holdback share."),
         ):
             yield CounterMetricFamily(f"sagemaker_gateway_rtb_{name}", text, value=value)
+        hits = CounterMetricFamily(
+            "sagemaker_gateway_rtb_rule_hits",
+            "Bid requests each rule matched (whatever its action or holdback did).",
+            labels=["rule"],
+        )
+        for rule, count in stats.rule_hits.items():
+            hits.add_metric([rule], count)
+        yield hits
+        reloads = CounterMetricFamily(
+            "sagemaker_gateway_rtb_reloads",
+            "Reloads of the [rtb] table (SIGHUP): applied, or refused (the old one stays).",
+            labels=["outcome"],
+        )
+        for outcome, count in self.reloads.items():
+            reloads.add_metric([outcome], count)
+        yield reloads
+        no_bids = CounterMetricFamily(
+            "sagemaker_gateway_rtb_no_bids",
+            "No-bids the proxy answered itself, by reason (below_threshold, rule, rate_cap, "
+            "unreadable); a bidder's own no-bids are not counted here.",
+            labels=["reason"],
+        )
+        for reason, count in self.no_bids.items():
+            no_bids.add_metric([reason], count)
+        yield no_bids
+        cap = self.cap
+        if cap is not None:
+            family = CounterMetricFamily(
+                "sagemaker_gateway_rtb_rate_cap",
+                "Kept requests through the bidders' rate cap: admitted, refused by the "
+                "adaptive score cut, or refused for want of a token.",
+                labels=["outcome"],
+            )
+            family.add_metric(["admitted"], cap.admitted)
+            family.add_metric(["cut"], cap.cut_off)
+            family.add_metric(["no_token"], cap.out_of_tokens)
+            yield family
         yield self._batch_family(stats.batch_sizes)
         unreadable = CounterMetricFamily(
             "sagemaker_gateway_rtb_unreadable_by_reason",
@@ -326,8 +438,10 @@ def _bidder_targets(urls: Sequence[str]) -> list[tuple[Origin, str]]:
 class RtbProxy:
     """Answers the OpenRTB path: score, then 204 or forward to a bidder."""
 
-    def __init__(self, scorer: Scorer, config: RtbConfig) -> None:
+    def __init__(self, scorer: Scorer, config: RtbConfig, *, workers: int = 1) -> None:
+        """``workers``: processes serving this config; each takes that share of the rate cap."""
         self.config = config
+        self._workers = workers
         self.path = config.path
         self.filter = BidFilter(
             scorer,
@@ -349,9 +463,64 @@ class RtbProxy:
         self._bidders = itertools.cycle(self._targets)
         self._bidder_timeout = config.bidder_timeout_ms / 1000
         self._max_inflated = config.max_inflated_bytes
+        self._nbr = config.no_bid == "nbr"
+        self._codes = {**NO_BID_CODES, **config.no_bid_codes}
+        self._cap: BidderCap | None = None
+        self._set_rate_cap(config.rate_cap)
         self._http: NativeTransport | None = None
         # Set by the sidecar when it traces: bidder requests get a client span.
         self.tracing: ServerTracing | None = None
+
+    def reload(self, config: RtbConfig) -> list[str]:
+        """Serve by ``config`` from now on where it can; the changed keys it could not apply.
+
+        The policy (thresholds, rules) applies to the next requests. A changed key
+        that needs a restart keeps its running value and is named in the result.
+        """
+        running = self.config
+        needs_restart = [
+            field.name
+            for field in dataclasses.fields(RtbConfig)
+            if field.name not in _RELOADABLE
+            and getattr(config, field.name) != getattr(running, field.name)
+        ]
+        kept = {name: getattr(running, name) for name in needs_restart}
+        self.config = dataclasses.replace(config, **kept)
+        self.filter.set_policy(config.policy)
+        self._nbr = config.no_bid == "nbr"
+        self._codes = {**NO_BID_CODES, **config.no_bid_codes}
+        self._set_rate_cap(config.rate_cap)
+        self.metrics.reloads["applied"] += 1
+        logger.info(
+            "rtb config reloaded",
+            extra={"rules": list(config.policy.rules), "needs_restart": needs_restart},
+        )
+        if needs_restart:
+            logger.warning(
+                "rtb reload: these keys changed but apply only after a restart: %s",
+                ", ".join(needs_restart),
+            )
+        return needs_restart
+
+    def _set_rate_cap(self, cap: RateCapConfig) -> None:
+        rates = cap.rates(self.config.bidders)
+        if all(rate is None for rate in rates):
+            self._cap = None
+        elif self._cap is None:
+            self._cap = BidderCap(rates, cap.burst_s, self._workers)
+        else:
+            self._cap.set_rates(rates, cap.burst_s, self._workers)
+        self.metrics.cap = self._cap
+
+    @property
+    def bidder_rates(self) -> list[float] | None:
+        """This process's cap per bidder, requests per second (None: no cap)."""
+        return None if self._cap is None else self._cap.rates
+
+    def reload_refused(self, error: Exception) -> None:
+        """A reload whose config did not pass its checks: counted, logged; nothing changes."""
+        self.metrics.reloads["refused"] += 1
+        logger.error("rtb reload refused, the running config stays: %s", error)
 
     async def start(self) -> None:
         if self._http is None:
@@ -386,19 +555,67 @@ class RtbProxy:
         except InvalidBidRequest as invalid:
             if not self.filter.strict:  # the bidder may read it: keep it, unscored
                 unscored = _decision_headers(self.filter.unreadable(invalid))
-                return await self._forward(request, unscored, self._bidder_timeout)
+                if self.config.unreadable == "no_bid":
+                    return self._no_bid("unreadable", _request_id(request.body), unscored)
+                target = await self._bidder_for(self.filter.policy.threshold)
+                if target is None:
+                    return self._no_bid("rate_cap", _request_id(request.body), unscored)
+                return await self._forward(request, unscored, self._bidder_timeout, target)
             self.metrics.invalid += 1
             status = 413 if invalid.reason == "too_large" else 400
             return Response(status, (_TEXT,), str(invalid).encode())
-        route = request.headers.get(ROUTE_HEADER)
+        route = request.headers.get(self.config.route_header)
         decision = await self.filter.decide(parsed, route=route)
         decision_headers = _decision_headers(decision)
         if not decision.keep:
-            return Response(_NO_BID, decision_headers)
+            rule = decision.rule
+            if rule is None:
+                return self._no_bid("below_threshold", parsed.id, decision_headers)
+            return self._no_bid("rule", parsed.id, decision_headers, self._rule_code(rule))
+        target = await self._bidder_for(self._priority(decision))
+        if target is None:
+            return self._no_bid("rate_cap", parsed.id, decision_headers)
         budget = self._bidder_timeout
         if parsed.tmax:
             budget = min(budget, parsed.tmax / 1000 - (time.perf_counter() - started))
-        return await self._forward(request, decision_headers, budget)
+        return await self._forward(request, decision_headers, budget, target)
+
+    def _no_bid(
+        self,
+        reason: str,
+        request_id: str,
+        headers: list[tuple[str, str]],
+        code: int | None = None,
+    ) -> Response:
+        """The proxy's own no-bid: counted by reason; 204, or 200 with OpenRTB's ``nbr``."""
+        self.metrics.no_bids[reason] += 1
+        headers.append((NO_BID_HEADER, reason))
+        if not self._nbr:
+            return Response(_NO_BID, headers)
+        nbr = self._codes[reason] if code is None else code
+        headers.append(_JSON)
+        return Response(200, headers, orjson.dumps({"id": request_id, "nbr": nbr}))
+
+    async def _bidder_for(self, priority: float) -> tuple[Origin, str] | None:
+        """The bidder a kept request goes to; None when the rate cap refuses it."""
+        cap = self._cap
+        if cap is None:
+            return next(self._bidders)
+        admitted = cap.admit(priority)
+        if not isinstance(admitted, int):
+            admitted = await admitted
+        return self._targets[admitted] if admitted >= 0 else None
+
+    def _priority(self, decision: Decision) -> float:
+        """A kept request's rank under the rate cap: its score, else what stands for one."""
+        score = decision.score
+        if score is not None:
+            return score
+        return 1.0 if decision.reason in _RULED else self.filter.policy.threshold
+
+    def _rule_code(self, rule: str) -> int | None:
+        found = self.config.policy.rules.get(rule)
+        return found.nbr if found is not None else None
 
     def _plain_body(self, request: Request) -> bytes:
         encoding = request.headers.get("content-encoding")
@@ -412,7 +629,11 @@ class RtbProxy:
         raise BodyRefused(415, f"Content-Encoding {encoding!r} is not supported: send gzip")
 
     async def _forward(
-        self, request: Request, decision_headers: list[tuple[str, str]], budget: float
+        self,
+        request: Request,
+        decision_headers: list[tuple[str, str]],
+        budget: float,
+        target: tuple[Origin, str],
     ) -> Response:
         if budget <= 0:
             self.metrics.bidder_error("no_time_left")
@@ -420,7 +641,7 @@ class RtbProxy:
         http = self._http
         if http is None:
             raise RuntimeError("the RTB proxy is not started")
-        origin, path = next(self._bidders)
+        origin, path = target
         request_headers = request.headers
         headers: list[tuple[str, str]] = [("host", origin.host_header)]
         headers.extend(
@@ -499,8 +720,19 @@ def valid_tracestate(value: str) -> bool:
     return len(keys) == len(members)  # a key may appear once
 
 
+def _request_id(body: bytes) -> str:
+    """The ``id`` of a body the filter could not read, if it has one ("" if not)."""
+    try:
+        found = orjson.loads(body).get("id")
+    except (orjson.JSONDecodeError, AttributeError):
+        return ""
+    return found if isinstance(found, str) else ""
+
+
 def _decision_headers(decision: Decision) -> list[tuple[str, str]]:
     headers = [(REASON_HEADER, decision.reason.value)]
     if decision.score is not None:
         headers.append((SCORE_HEADER, f"{decision.score:.6g}"))
+    if decision.rule is not None:
+        headers.append((RULE_HEADER, decision.rule))
     return headers

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import signal
@@ -51,6 +52,7 @@ from gateway.sidecar._workers import (
     os_reason,
     reserve_address,
     resolve_worker_count,
+    worker_count,
 )
 
 __all__ = ["Sidecar", "SidecarProcess", "main"]
@@ -81,7 +83,8 @@ class Sidecar:
 
     Proxy mode (an OpenRTB path scored by the bid filter, kept requests
     forwarded to bidders) is on when ``rtb`` is given or the gateway's
-    config has an ``[rtb]`` table.
+    config has an ``[rtb]`` table; ``reload_rtb`` applies a new one while
+    serving (the command does on SIGHUP).
     """
 
     def __init__(
@@ -93,6 +96,7 @@ class Sidecar:
         config: SidecarConfig | None = None,
         rtb: RtbConfig | None = None,
         reuse_port: bool = False,
+        workers: int = 1,
     ) -> None:
         self._owns_gateway = not isinstance(gateway_or_config, Gateway)
         self.gateway = _as_gateway(gateway_or_config)
@@ -105,7 +109,8 @@ class Sidecar:
         self._requested_port = default_port if port is None else port
         if rtb is None and "rtb" in self.gateway.config.sections:
             rtb = RtbConfig.from_mapping(self.gateway.config.sections["rtb"])
-        self.rtb = RtbProxy(self.gateway, rtb) if rtb is not None else None
+        # One of `workers` processes serving the port: the RTB rate cap is shared out.
+        self.rtb = RtbProxy(self.gateway, rtb, workers=workers) if rtb is not None else None
         authenticate = make_authenticator(config.auth, self.gateway.config.region)
         self.app = SidecarApp(self.gateway, config, authenticate, self.rtb)
         self.body_limits = OperationBodyLimits(config.max_body_bytes)
@@ -162,6 +167,21 @@ class Sidecar:
             write_timeout=config.write_timeout_s,
             shutdown_timeout=config.shutdown_grace_s,
         )
+
+    def reload_rtb(self, rtb: RtbConfig | Mapping[str, Any]) -> list[str]:
+        """Apply a new ``[rtb]`` table (policy, rules) to the running proxy.
+
+        Returns the changed keys that need a restart (kept as they run). A table
+        that fails its checks raises ``ConfigError`` and changes nothing.
+        """
+        if self.rtb is None:
+            raise ConfigError("rtb: proxy mode is off; it starts with an [rtb] table")
+        try:
+            config = rtb if isinstance(rtb, RtbConfig) else RtbConfig.from_mapping(rtb)
+        except ConfigError as error:
+            self.rtb.reload_refused(error)
+            raise
+        return self.rtb.reload(config)
 
     async def start(self) -> Sidecar:
         # Checked before anything listens: an exposed port without auth never opens.
@@ -545,18 +565,57 @@ def _command_config(
     return gateway_config, sidecar_config
 
 
+def _rtb_config(args: argparse.Namespace, environ: Mapping[str, str]) -> RtbConfig | None:
+    """The ``[rtb]`` table as the file and the environment give it now (None: no table)."""
+    mapping: dict[str, Any] = _read_mapping(Path(args.config)) if args.config else {}
+    overlay = apply_environment(mapping, environ)
+    table = overlay.mapping.get("rtb")
+    if table is None:
+        return None
+    try:
+        return RtbConfig.from_mapping(table)
+    except ConfigError as error:
+        raise explain(error, overlay.sources) from None
+
+
+def reload_rtb_from(sidecar: Sidecar, read: Callable[[], RtbConfig | None]) -> None:
+    """SIGHUP: read the ``[rtb]`` table again and apply it; a bad one is logged and refused."""
+    rtb = sidecar.rtb
+    if rtb is None:
+        logger.warning("SIGHUP: proxy mode is off; an [rtb] table takes effect at the next start")
+        return
+    try:
+        config = read()
+        if config is None:
+            raise ConfigError("rtb: the [rtb] table is gone (proxy mode stops only with a restart)")
+    except ConfigError as error:
+        rtb.reload_refused(error)
+        return
+    rtb.reload(config)
+
+
 async def _serve(
     gateway_config: GatewayConfig,
     config: SidecarConfig,
     listen: str,
     worker: WorkerContext | None = None,
+    read_rtb: Callable[[], RtbConfig | None] | None = None,
 ) -> int:
     host, port = parse_listen(listen)
     signals: asyncio.Queue[signal.Signals] = asyncio.Queue()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, signals.put_nowait, signum)
-    sidecar = Sidecar(gateway_config, host, port, config=config, reuse_port=worker is not None)
+    sidecar = Sidecar(
+        gateway_config,
+        host,
+        port,
+        config=config,
+        reuse_port=worker is not None,
+        workers=worker_count() if worker is not None else 1,
+    )
+    if read_rtb is not None:
+        loop.add_signal_handler(signal.SIGHUP, reload_rtb_from, sidecar, read_rtb)
     await sidecar.start()
     try:
         if worker is not None:
@@ -621,6 +680,8 @@ def tune_process_gc(sidecar: Sidecar) -> GcTuning | None:
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(arguments)
+    # SIGHUP reloads the [rtb] table once serving; until then it must not end the process.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     configure_logging(args.log_level)
     # OTEL_* variables (exporter, endpoint, sampler, service name) turn tracing on.
     configure_from_environment()
@@ -640,7 +701,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         admin = config.admin_address(host, port)
         return _supervise(arguments, host, port, admin, count, config.worker_liveness_s)
     try:
-        code: int = _event_loop_runner()(_serve(gateway_config, config, listen, worker))
+        read_rtb = functools.partial(_rtb_config, args, os.environ)
+        serving = _serve(gateway_config, config, listen, worker, read_rtb)
+        code: int = _event_loop_runner()(serving)
     except ConfigError as exc:  # found at start: credentials, a taken port, ...
         print(f"sidecar: {exc}", file=sys.stderr)
         return 2

@@ -9,7 +9,8 @@ cache) with its own listening socket bound with ``SO_REUSEPORT`` to the same
 address: the kernel spreads new connections over the workers' listeners.
 
 The supervisor restarts a worker that dies (with backoff), forwards
-SIGTERM/SIGINT to every worker and exits once all of them have exited.
+SIGTERM/SIGINT to every worker and exits once all of them have exited. It
+forwards SIGHUP too (each worker reloads its ``[rtb]`` table) and goes on.
 
 Metrics: each worker also answers its own exposition on a Unix socket in
 the supervisor's private directory. A ``/metrics`` scrape, whichever worker
@@ -43,7 +44,7 @@ import stat
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +61,7 @@ __all__ = [
     "reserve_address",
     "resolve_worker_count",
     "retire",
+    "worker_count",
 ]
 
 logger = logging.getLogger("gateway.sidecar")
@@ -68,6 +70,7 @@ logger = logging.getLogger("gateway.sidecar")
 # configuration, so the SAGEMAKER_GATEWAY__* overlay never sees them).
 ENV_INDEX = "SAGEMAKER_GATEWAY_WORKER_INDEX"
 ENV_DIR = "SAGEMAKER_GATEWAY_WORKER_DIR"
+ENV_COUNT = "SAGEMAKER_GATEWAY_WORKER_COUNT"  # how many workers share the port (and the caps)
 
 # A worker that dies this soon after starting counts as crash-looping: the
 # delay before the next start doubles, up to the cap.
@@ -141,6 +144,12 @@ def _write_atomically(path: Path, data: bytes) -> None:
     partial = path.with_name(f".{path.name}.{os.getpid()}")
     partial.write_bytes(data)
     os.replace(partial, path)
+
+
+def worker_count(environ: Mapping[str, str] = os.environ) -> int:
+    """How many workers share this worker's port (1 outside a supervisor's workers)."""
+    count = environ.get(ENV_COUNT, "1")
+    return int(count) if count.isdecimal() and int(count) > 0 else 1
 
 
 def available_cores(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
@@ -254,6 +263,7 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._on_signal, signum)
+        loop.add_signal_handler(signal.SIGHUP, self._forward, signal.SIGHUP)
         _remove_orphaned_directories()
         self._dir = tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-")
         try:
@@ -346,7 +356,12 @@ class Supervisor:
 
     async def _spawn(self, worker: _Worker) -> str | None:
         """Start ``worker``; its URL once it is ready, None if it exited first."""
-        env = {**os.environ, ENV_INDEX: str(worker.index), ENV_DIR: self._dir}
+        env = {
+            **os.environ,
+            ENV_INDEX: str(worker.index),
+            ENV_DIR: self._dir,
+            ENV_COUNT: str(self._count),
+        }
         command = [
             sys.executable,
             "-m",

@@ -69,3 +69,21 @@ def test_quick_run_with_cached_scores() -> None:
     assert 0.0 < rows[1]["cache_hit_share"] < 1.0  # synthetic rows repeat, but not all
     for row in rows:
         assert row["achieved_rps"] > 0 and row["mean_batch"] > 0
+
+
+def test_rules_cost_reports_both_sides_and_the_spread() -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "bench.rtb_throughput", "--rules-cost", "--quick", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    report = json.loads(completed.stdout)
+    assert report["rules"] == 20 and report["rounds"] > 0
+    assert report["submit_us"] > 0 and report["with_rules_and_cap_us"] > 0
+    assert report["added_us_min"] <= report["added_us_median"] <= report["added_us_max"]
+    assert len(report["added_us_iqr"]) == 2 and len(report["ratio_iqr"]) == 2
+    assert 0.5 < report["rule_matched_share"] <= 1.0  # the rules see the synthetic traffic

@@ -46,6 +46,15 @@ EXPECTED: dict[str, tuple[str, ...]] = {
         r"a kept request: score 0\.\d+",
         r"a dropped request: score",
     ),
+    "rtb_fabric.py": (
+        r"before the reload: 1000 auctions from link-0123456789abcdef",
+        r"rules +.*puzzle-apps \(rule_drop\): \d+",
+        r"rules +.*ctv \(rule_keep\): \d+",
+        r"no-bid +.*below_threshold nbr=0: \d+",
+        r"no-bid +.*rule nbr=7: \d+",
+        r"reloaded: rules \['puzzle-apps', 'embargo', 'audio'\]; keys needing a restart: \[\]",
+        r"the bidder saw \d+ of 1400 requests",
+    ),
     "microbenchmark.py": (
         r"sequential:\s+[\d.]+ us wall per call",
         r"64 in flight:\s+[\d.]+ us client CPU per call",
