@@ -36,6 +36,8 @@ from gateway._api import (
     InvokeResult,
     Operation,
     operation_table,
+    safe_request_id,
+    secrets_in_headers,
 )
 from gateway._client import Gateway
 from gateway._runtimes import (
@@ -266,7 +268,11 @@ class SidecarApp:
                 len(body) if body is not None else None,
                 trace_id,
                 client=None if client is None else f"{client[0]}:{client[1]}",
-                request_id=_request_id(response),
+                # Well-formed and free of the request's secrets, or "other" (an upstream
+                # may echo a secret where its request id goes).
+                request_id=safe_request_id(
+                    _request_id(response), secrets_in_headers(list(request.headers.items()))
+                ),
             )
         return response
 

@@ -223,7 +223,12 @@ async def test_no_healthy_target_fires_on_a_sidecar_whose_route_has_every_target
                                     "job": "sidecar",
                                     "route": "dead",
                                 },
-                                "exp_annotations": {"summary": "route dead has no healthy target"},
+                                "exp_annotations": {
+                                    "summary": "route dead has no healthy target",
+                                    "runbook_url": (
+                                        "docs/runbooks/SageMakerGatewayNoHealthyTarget.md"
+                                    ),
+                                },
                             }
                         ],
                     }
