@@ -78,7 +78,9 @@ SESSIONS = model_has("InvokeEndpoint", "SessionId")
 
 def call_members(operation: str, session_id: str, body: bytes) -> dict[str, object]:
     """botocore names -> values for every member of ``operation``."""
-    values: dict[str, object] = {"EndpointName": ENDPOINTS[operation], "Body": body}
+    values: dict[str, object] = {"EndpointName": ENDPOINTS[operation]}
+    if model_has(operation, "Body"):  # InvokeEndpointAsync's inline Body: botocore >= 1.43.29
+        values["Body"] = body
     for member in operations()[operation].request:
         if member.name == "SessionId":
             values["SessionId"] = session_id
