@@ -519,6 +519,9 @@ _RESULT_FIELDS: Final = {
     **{header.encode(): field for header, field in _ROUTER_FIELDS},
     b"x-amzn-requestid": "request_id",
 }
+_RESULT_HEADER_FIELDS: Final = tuple(
+    (name.decode("latin-1"), field) for name, field in _RESULT_FIELDS.items()
+)
 # The fields the constructor takes, in its order.
 _FIELD_NAMES = (
     "content_type",
@@ -735,24 +738,16 @@ def result_from_response(response: RawResponse, target: str | None) -> InvokeRes
         result = InvokeResult(response.body, target=target)
         result._raw = raw
         return result
+    # Decoded headers (the httpx transport): the same fields as a raw head gives, by the
+    # same table (an older model without a member, e.g. NewSessionId, reads neither).
     headers = response.headers
-    result = InvokeResult(
-        response.body,
-        headers.get("content-type"),
-        invoked_variant=headers.get("x-amzn-invoked-production-variant"),
-        custom_attributes=headers.get("x-amzn-sagemaker-custom-attributes"),
-        request_id=headers.get("x-amzn-requestid"),
-        new_session_id=headers.get("x-amzn-sagemaker-new-session-id"),
-        closed_session_id=headers.get("x-amzn-sagemaker-closed-session-id"),
-        target=target,
-    )
-    for header, field in _ROUTER_FIELDS:
+    fields: dict[str, str] = {}
+    for header, field in _RESULT_HEADER_FIELDS:
         value = headers.get(header)
         if value is not None:
-            fields = result._fields
-            if fields is None:
-                fields = result._fields = {}
             fields[field] = value
+    result = InvokeResult(response.body, target=target)
+    result._fields = fields
     return result
 
 

@@ -63,9 +63,24 @@ def wire_view(request: RecordedRequest, operation: str | None = None) -> dict[st
 MODEL_HEADERS = {m.header for op in operations().values() for m in op.headers}
 
 
+def model_has(operation: str, member: str) -> bool:
+    """Whether the installed botocore's model of ``operation`` has ``member``.
+
+    Older models lack some (``gateway._aws.models.MEMBER_SINCE``): SessionId before 1.35.15,
+    Filename before 1.42.54, PrefixAwareId before 1.43.68...
+    """
+    return member in operations()[operation].by_name
+
+
+# Stateful sessions (SessionId, botocore >= 1.35.15) in the installed model.
+SESSIONS = model_has("InvokeEndpoint", "SessionId")
+
+
 def call_members(operation: str, session_id: str, body: bytes) -> dict[str, object]:
     """botocore names -> values for every member of ``operation``."""
-    values: dict[str, object] = {"EndpointName": ENDPOINTS[operation], "Body": body}
+    values: dict[str, object] = {"EndpointName": ENDPOINTS[operation]}
+    if model_has(operation, "Body"):  # InvokeEndpointAsync's inline Body: botocore >= 1.43.29
+        values["Body"] = body
     for member in operations()[operation].request:
         if member.name == "SessionId":
             values["SessionId"] = session_id

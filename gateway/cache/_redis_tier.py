@@ -560,8 +560,10 @@ class RedisTier:
             if isinstance(self._client, RedisCluster):
                 await _disconnect_every_node(self._client)
         if self._sentinel is not None:
-            with contextlib.suppress(Exception):
-                await self._sentinel.aclose()
+            # The clients Sentinel made to ask each sentinel; Sentinel.aclose() does the
+            # same but came in redis-py 8.1.
+            clients = self._sentinel.sentinels
+            await asyncio.gather(*(c.aclose() for c in clients), return_exceptions=True)
 
 
 async def _disconnect_every_node(client: RedisCluster) -> None:

@@ -15,6 +15,15 @@ from tests.cache._cache_support import CountingLoader
 
 MakeCache = Callable[..., Awaitable[PredictionCache]]
 
+# Before redis-py 8, its asyncio cluster client answers a dead node by re-reading the topology
+# and asking the first primary it lists (the dead one, here) for COMMAND: every
+# command fails until the node is back, and each attempt leaves sockets open. Tried: 5.0.1,
+# 7.1.1 and 7.2.0 fail these tests, 8.0.0 and 8.1.0 pass.
+needs_redis_py_8 = pytest.mark.skipif(
+    redis.VERSION < (8,),
+    reason="redis-py < 8: one dead Cluster node fails every command (see docs/how-to/cache.md)",
+)
+
 
 @pytest.fixture
 def partial_cluster() -> Iterator[RedisCluster3]:
@@ -38,6 +47,7 @@ def _owners(cluster: RedisCluster3, keys: list[str]) -> dict[str, int]:
     return owners
 
 
+@needs_redis_py_8
 async def test_keys_on_live_nodes_still_hit_when_one_node_dies(
     make_cache: MakeCache, partial_cluster: RedisCluster3, namespace: str
 ) -> None:
@@ -75,6 +85,7 @@ async def test_keys_on_live_nodes_still_hit_when_one_node_dies(
     assert [k for k, entry in zip(keys, found, strict=True) if entry is not None] == live
 
 
+@needs_redis_py_8
 async def test_a_node_that_comes_back_gets_its_slots_back(
     make_cache: MakeCache, partial_cluster: RedisCluster3, namespace: str
 ) -> None:

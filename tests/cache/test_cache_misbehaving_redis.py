@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
+import redis.asyncio as redis_asyncio
 
 from bench.bad_redis import MisbehavingRedis
 from gateway.cache import CacheSource, PredictionCache
@@ -28,6 +29,8 @@ PATIENT = {
 # A call that is not done by then is hung (the loads here are instant).
 HUNG_S = 10.0
 WRONG_GET_REPLIES = ("integer", "short", "wrong_items")
+# The protocol the installed redis-py speaks by default: 3 from redis-py 8 on, 2 before.
+RESP = redis_asyncio.Connection().protocol
 
 
 @pytest.fixture
@@ -142,7 +145,10 @@ async def test_wrong_replies_to_the_version_hash_keep_the_tags_known(
 
     assert cache.versions.lookup("route", None) == "v2"
     assert bad_redis.commands["HGETALL"] == 1
-    assert cache.stats.redis_bad_replies == 2 and cache.stats.corrupt_entries == 0
+    # Over RESP2, redis-py's HGETALL callback pairs up the items of the map it was sent and
+    # hands the tier an empty hash: no tags, not a wrong reply (the tags are kept either way).
+    bad = 2 if RESP == 3 else 1
+    assert cache.stats.redis_bad_replies == bad and cache.stats.corrupt_entries == 0
 
 
 async def test_a_follower_waits_for_an_identical_load_no_longer_than_its_deadline(

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable
 
 import redis.asyncio as redis_asyncio
 from redis.asyncio.cluster import RedisCluster
 
 from gateway.cache import CacheSource, Entry, PredictionCache
-from tests._redis_procs import RedisCluster3, RedisSentinel
+from tests._redis_procs import RedisCluster3, RedisSentinel, redis_cli
 from tests.cache._cache_support import CountingLoader
 
 MakeCache = Callable[..., Awaitable[PredictionCache]]
@@ -27,6 +29,27 @@ async def test_sentinel_round_trip(make_cache: MakeCache, redis_sentinel: RedisS
         assert await direct.exists(key) == 1  # it really went to the master
     finally:
         await direct.aclose()
+
+
+def _sentinel_clients(sentinel: RedisSentinel) -> int:
+    """Connections the sentinel process has open, redis-cli's own one not counted."""
+    return len(redis_cli(sentinel.sentinel_port, "CLIENT", "LIST").splitlines()) - 1
+
+
+async def test_closing_a_sentinel_cache_closes_its_sentinel_connections(
+    make_cache: MakeCache, redis_sentinel: RedisSentinel
+) -> None:
+    before = await asyncio.to_thread(_sentinel_clients, redis_sentinel)
+    cache = await make_cache(redis_url=redis_sentinel.url)
+    key = cache.key_for("r", "m", None, "text/csv", None, None, b"sentinel-close")
+    await cache.get_or_load(key, CountingLoader(b"x"))  # asks the sentinel for the master
+    await cache.flush_writes()
+    assert await asyncio.to_thread(_sentinel_clients, redis_sentinel) > before
+    await cache.close()
+    deadline = time.monotonic() + 5  # the server notices a closed socket on its next loop
+    while (open_now := await asyncio.to_thread(_sentinel_clients, redis_sentinel)) > before:
+        assert time.monotonic() < deadline, f"{open_now - before} sentinel connections left open"
+        await asyncio.sleep(0.05)
 
 
 async def test_cluster_round_trip_and_get_many_across_slots(

@@ -82,6 +82,7 @@ def sse_data(events: list[dict[str, Any]]) -> list[bytes]:
 # -- the two operations -----------------------------------------------------------
 
 
+@pytest.mark.newer_runtimes
 async def test_a_buffered_chat_completion(client: Any, emulator: Emulator) -> None:
     response = await invoke(
         client, {**CHAT, "stream": True}, Accept="application/json", CustomerIdentityToken=TOKEN
@@ -108,12 +109,14 @@ async def test_a_buffered_chat_completion(client: Any, emulator: Emulator) -> No
     assert "x-amzn-sagemaker-customer-identity-token" in headers["authorization"]
 
 
+@pytest.mark.newer_runtimes
 async def test_a_text_completion(client: Any) -> None:
     completion = json.loads((await invoke(client, {"model": "echo", "prompt": "hi"}))["Body"])
     assert completion["object"] == "text_completion"
     assert completion["choices"][0]["text"] == "hi"
 
 
+@pytest.mark.newer_runtimes
 async def test_a_streamed_completion(client: Any, emulator: Emulator) -> None:
     events = await stream(client, {**CHAT, "stream": False}, CustomerIdentityToken=TOKEN)
     assert all(set(event) == {"PayloadPart"} for event in events)
@@ -132,6 +135,7 @@ async def test_a_streamed_completion(client: Any, emulator: Emulator) -> None:
     assert recorded.path == "/global-inference-gateway/gw1/invocations-response-stream"
 
 
+@pytest.mark.newer_runtimes
 async def test_a_truncated_stream_ends_with_internal_stream_failure(
     client: Any, emulator: Emulator
 ) -> None:
@@ -152,6 +156,7 @@ async def test_a_truncated_stream_ends_with_internal_stream_failure(
     assert error.response["Error"]["Message"] == "inference gateway: response ended unexpectedly"
 
 
+@pytest.mark.newer_runtimes
 async def test_the_reserved_model_stream_error_can_be_injected(
     client: Any, emulator: Emulator
 ) -> None:
@@ -178,6 +183,7 @@ def modeled_errors() -> dict[str, int]:
     }
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize("code", sorted(GATEWAY_OWN_ERROR_CODES))
 async def test_the_gateways_own_errors(client: Any, emulator: Emulator, code: str) -> None:
     emulator.runtimes.gateways.set_faults("gw1", {"error_rates": {code: 1.0}, "retry_after_s": 7})
@@ -192,6 +198,7 @@ async def test_the_gateways_own_errors(client: Any, emulator: Emulator, code: st
         assert (headers.get("retry-after") == "7") is (code == "ThrottlingException")
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize(
     ("status", "code", "answered"),
     [
@@ -220,6 +227,7 @@ async def test_the_inference_gateways_statuses(
     assert (retry_after == "1") is (status == 429)
 
 
+@pytest.mark.newer_runtimes
 async def test_an_upstream_error_names_its_component(client: Any, emulator: Emulator) -> None:
     emulator.runtimes.gateways.set_faults(
         "gw1", {"upstream_error_rates": {"502": 1.0}, "upstream_component": "model server"}
@@ -228,6 +236,7 @@ async def test_an_upstream_error_names_its_component(client: Any, emulator: Emul
     assert error.response["Error"]["Message"].startswith("inference gateway (model server): 502 ")
 
 
+@pytest.mark.newer_runtimes
 async def test_not_found_gateway_and_model(client: Any) -> None:
     gateway = await failure(client, GatewayId="nosuch")
     assert isinstance(gateway, client.exceptions.ResourceNotFoundException)
@@ -241,12 +250,14 @@ async def test_not_found_gateway_and_model(client: Any) -> None:
     assert model.response["Error"]["Message"].startswith(OWN)
 
 
+@pytest.mark.newer_runtimes
 async def test_a_model_without_capacity_is_unavailable(client: Any) -> None:
     error = await failure(client, {**CHAT, "model": "busy"})
     assert isinstance(error, client.exceptions.ServiceUnavailableException)
     assert error.response["ResponseMetadata"]["HTTPStatusCode"] == 503
 
 
+@pytest.mark.newer_runtimes
 async def test_a_body_over_10_mib_is_413(client: Any) -> None:
     body = json.dumps({**CHAT, "pad": "x" * (10 * 1024 * 1024)}).encode()
     error = await failure(client, body)
@@ -255,12 +266,14 @@ async def test_a_body_over_10_mib_is_413(client: Any) -> None:
     assert error.response["Error"]["Message"].startswith(OWN)
 
 
+@pytest.mark.newer_runtimes
 async def test_a_body_just_under_10_mib_is_served(client: Any) -> None:
     pad = "x" * (10 * 1024 * 1024 - 200)
     response = await invoke(client, {**CHAT, "pad": pad})
     assert json.loads(response["Body"])["choices"][0]["message"]["content"] == "bid on this one"
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded"])
 async def test_a_non_json_content_type_is_415(client: Any, content_type: str) -> None:
     error = await failure(client, ContentType=content_type)
@@ -269,11 +282,13 @@ async def test_a_non_json_content_type_is_415(client: Any, content_type: str) ->
     assert error.response["Error"]["Message"].startswith(OWN)
 
 
+@pytest.mark.newer_runtimes
 async def test_json_with_a_charset_is_accepted(client: Any) -> None:
     response = await invoke(client, ContentType="application/json; charset=utf-8")
     assert response["ResponseMetadata"]["HTTPStatusCode"] == 200
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize(
     ("body", "message"),
     [
@@ -291,23 +306,27 @@ async def test_invalid_bodies(client: Any, body: bytes, message: str) -> None:
     assert message in error.response["Error"]["Message"]
 
 
+@pytest.mark.newer_runtimes
 async def test_a_repeated_model_with_the_same_value_is_accepted(client: Any) -> None:
     response = await invoke(client, b'{"model": "echo", "model": "echo", "prompt": "x"}')
     assert json.loads(response["Body"])["choices"][0]["text"] == "x"
 
 
+@pytest.mark.newer_runtimes
 async def test_a_body_the_model_server_cannot_use(client: Any) -> None:
     error = await failure(client, {"model": "echo"})
     assert error.response["ResponseMetadata"]["HTTPStatusCode"] == 400
     assert error.response["Error"]["Message"].startswith("inference gateway (model server): 400 ")
 
 
+@pytest.mark.newer_runtimes
 async def test_a_bad_gateway_id(client: Any) -> None:
     error = await failure(client, GatewayId="Upper")
     assert error.response["ResponseMetadata"]["HTTPStatusCode"] == 400
     assert error.response["Error"]["Message"].startswith(OWN)
 
 
+@pytest.mark.newer_runtimes
 async def test_an_invalid_identity_token_is_refused_without_quoting_it(client: Any) -> None:
     error = await failure(client, CustomerIdentityToken="not-a-jwt-s3cret")
     assert isinstance(error, client.exceptions.AccessDeniedException)
@@ -330,12 +349,14 @@ async def test_an_unsigned_identity_token_is_refused_without_quoting_it(
     assert TOKEN not in response.text
 
 
+@pytest.mark.newer_runtimes
 async def test_a_bad_signature_is_refused(emulator: Emulator, boto_client: ClientFactory) -> None:
     client = boto_client(emulator.url, service=SERVICE, secret="wrong")
     error = await failure(client)
     assert error.response["Error"]["Code"] == "InvalidSignatureException"
 
 
+@pytest.mark.newer_runtimes
 def test_every_modeled_error_is_answered_by_the_emulator() -> None:
     """Each error shape of the model has a way to be produced (the tests above use it)."""
     produced = {
@@ -351,6 +372,7 @@ def test_every_modeled_error_is_answered_by_the_emulator() -> None:
 # -- control, latency, the default set-up ------------------------------------------
 
 
+@pytest.mark.newer_runtimes
 async def test_control_over_http(client: Any, emulator: Emulator) -> None:
     async with httpx.AsyncClient(base_url=emulator.url) as http:
         changed = await http.post(
@@ -373,6 +395,7 @@ async def test_control_over_http(client: Any, emulator: Emulator) -> None:
         assert bad.status_code == 400
 
 
+@pytest.mark.newer_runtimes
 async def test_the_default_demo_gateway(boto_client: ClientFactory) -> None:
     async with Emulator(EmulatorConfig.default(seed=1)) as emu:
         client = boto_client(emu.url, service=SERVICE)

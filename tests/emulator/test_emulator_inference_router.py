@@ -113,6 +113,7 @@ def invocations(emulator: Emulator, endpoint: str) -> int:
 # -- routing ---------------------------------------------------------------------
 
 
+@pytest.mark.newer_runtimes
 async def test_the_local_destination_is_preferred(router: Any, emulator: Emulator) -> None:
     response = await call(
         router,
@@ -141,6 +142,7 @@ async def test_the_local_destination_is_preferred(router: Any, emulator: Emulato
     assert routed == [["r1", "t-local", LOCAL_A, "local-preferred", 1]]
 
 
+@pytest.mark.newer_runtimes
 async def test_two_remote_destinations_with_capacity(router: Any) -> None:
     seen = {
         (r["InvokedRoutedResourceArn"], r["RoutingReason"])
@@ -149,6 +151,7 @@ async def test_two_remote_destinations_with_capacity(router: Any) -> None:
     assert seen == {(REMOTE_EU, "capacity-available"), (REMOTE_AP, "capacity-available")}
 
 
+@pytest.mark.newer_runtimes
 async def test_a_single_remote_destination_is_only_healthy(router: Any) -> None:
     response = await call(router, "t-one")
     assert (response["InvokedRoutedResourceArn"], response["RoutingReason"]) == (
@@ -157,6 +160,7 @@ async def test_a_single_remote_destination_is_only_healthy(router: Any) -> None:
     )
 
 
+@pytest.mark.newer_runtimes
 async def test_an_unhealthy_local_destination_fails_over(router: Any, emulator: Emulator) -> None:
     emulator.runtimes.routers.set_destination("r1", "t-local", "local-a", healthy=False)
     response = await call(router)
@@ -168,6 +172,7 @@ async def test_an_unhealthy_local_destination_fails_over(router: Any, emulator: 
     assert (await call(router))["RoutingReason"] == "local-preferred"
 
 
+@pytest.mark.newer_runtimes
 async def test_with_none_healthy_one_is_tried_anyway(router: Any, emulator: Emulator) -> None:
     for endpoint in ("local-a", "remote-eu"):
         emulator.runtimes.routers.set_destination("r1", "t-local", endpoint, healthy=False)
@@ -184,6 +189,7 @@ async def _wait_for(condition: Callable[[], bool]) -> None:
     raise AssertionError("condition never held")
 
 
+@pytest.mark.newer_runtimes
 async def test_a_full_local_destination_sends_the_call_elsewhere(
     router: Any, emulator: Emulator
 ) -> None:
@@ -199,6 +205,7 @@ async def test_a_full_local_destination_sends_the_call_elsewhere(
     assert (await first)["RoutingReason"] == "local-preferred"
 
 
+@pytest.mark.newer_runtimes
 async def test_an_inference_component_in_another_account_and_region(router: Any) -> None:
     response = await call(router, "t-ic", ContentType="text/csv")
     assert response["InvokedRoutedResourceArn"] == _arn(
@@ -211,6 +218,7 @@ async def test_an_inference_component_in_another_account_and_region(router: Any)
 # -- the single retry -------------------------------------------------------------
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize(
     "endpoint_error",
     [
@@ -233,6 +241,7 @@ async def test_a_retryable_error_is_retried_once_elsewhere(
     assert emulator.runtimes.stats()["routers"]["retries"] == [["r1", "t-local", 1]]
 
 
+@pytest.mark.newer_runtimes
 async def test_only_one_retry(router: Any, emulator: Emulator) -> None:
     for endpoint in ("local-a", "remote-eu"):
         emulator.set_faults(endpoint, error_rates={"ThrottlingException": 1.0})
@@ -243,6 +252,7 @@ async def test_only_one_retry(router: Any, emulator: Emulator) -> None:
     assert (invocations(emulator, "local-a"), invocations(emulator, "remote-eu")) == (1, 1)
 
 
+@pytest.mark.newer_runtimes
 async def test_a_model_error_is_not_retried(router: Any, emulator: Emulator) -> None:
     emulator.set_faults("local-a", error_rates={"ModelError": 1.0})
     error = await failure(router)
@@ -254,6 +264,7 @@ async def test_a_model_error_is_not_retried(router: Any, emulator: Emulator) -> 
     assert invocations(emulator, "remote-eu") == 0
 
 
+@pytest.mark.newer_runtimes
 async def test_an_attempt_that_times_out_is_not_retried(router: Any, emulator: Emulator) -> None:
     emulator.set_latency("local-a", base_ms=2000)
     error = await failure(router)
@@ -265,6 +276,7 @@ async def test_an_attempt_that_times_out_is_not_retried(router: Any, emulator: E
 # -- errors and limits ------------------------------------------------------------
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize("code", sorted(ROUTER_ERROR_CODES))
 async def test_every_modeled_error_of_invoke(router: Any, emulator: Emulator, code: str) -> None:
     emulator.runtimes.routers.set_faults("r1", {code: 1.0})
@@ -275,6 +287,7 @@ async def test_every_modeled_error_of_invoke(router: Any, emulator: Emulator, co
     assert error.response["Error"]["Message"]
 
 
+@pytest.mark.newer_runtimes
 def test_the_injectable_errors_are_the_models() -> None:
     model = service_model(SERVICE)
     modeled = {
@@ -285,6 +298,7 @@ def test_the_injectable_errors_are_the_models() -> None:
     assert modeled == ROUTER_ERROR_CODES
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize(
     ("params", "message"),
     [
@@ -305,6 +319,7 @@ async def test_validation_errors(router: Any, params: dict[str, Any], message: s
     assert "s3cr" not in error.response["Error"]["Message"]  # CustomAttributes never quoted
 
 
+@pytest.mark.newer_runtimes
 async def test_a_body_over_6_mb_is_413(router: Any) -> None:
     error = await failure(router, Body=b"x" * (6 * 1024 * 1024 + 1))
     assert error.response["ResponseMetadata"]["HTTPStatusCode"] == 413
@@ -312,6 +327,7 @@ async def test_a_body_over_6_mb_is_413(router: Any) -> None:
     assert "limit of 6291456 bytes" in error.response["Error"]["Message"]
 
 
+@pytest.mark.newer_runtimes
 async def test_a_bad_signature_is_refused(emulator: Emulator, boto_client: ClientFactory) -> None:
     router = boto_client(emulator.url, service=SERVICE, secret="wrong")
     error = await failure(router)
@@ -342,6 +358,7 @@ async def call_async(router: Any, **params: Any) -> dict[str, Any]:
     )
 
 
+@pytest.mark.newer_runtimes
 async def test_async_with_every_member(router: Any, emulator: Emulator) -> None:
     response = await call_async(
         router,
@@ -370,12 +387,14 @@ async def test_async_with_every_member(router: Any, emulator: Emulator) -> None:
     assert emulator.runtimes.stats()["routers"]["async_routed"] == [["r1", "t-async", LOCAL_A, 1]]
 
 
+@pytest.mark.newer_runtimes
 async def test_async_generates_an_inference_id(router: Any) -> None:
     response = await call_async(router)
     assert len(response["InferenceId"]) == 36
     assert response["OutputLocation"].endswith(f"/t-async/{response['InferenceId']}.out")
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize(
     ("params", "message"),
     [
@@ -392,6 +411,7 @@ async def test_async_validation(router: Any, params: dict[str, Any], message: st
     assert message in caught.value.response["Error"]["Message"]
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize("code", ["ThrottlingException", "AccessDeniedException"])
 async def test_async_errors(router: Any, emulator: Emulator, code: str) -> None:
     emulator.runtimes.routers.set_faults("r1", {code: 1.0})
@@ -402,6 +422,7 @@ async def test_async_errors(router: Any, emulator: Emulator, code: str) -> None:
 # -- control, configuration, the default set-up -----------------------------------
 
 
+@pytest.mark.newer_runtimes
 async def test_control_over_http(router: Any, emulator: Emulator) -> None:
     async with httpx.AsyncClient(base_url=emulator.url) as http:
         changed = await http.post(
@@ -440,6 +461,7 @@ def test_an_unknown_injected_error_is_refused() -> None:
         EmulatorConfig.from_dict(config)
 
 
+@pytest.mark.newer_runtimes
 async def test_the_default_bid_router(boto_client: ClientFactory) -> None:
     async with Emulator(EmulatorConfig.default(seed=1)) as emu:
         router = boto_client(emu.url, service=SERVICE)
@@ -460,6 +482,7 @@ async def test_the_default_bid_router(boto_client: ClientFactory) -> None:
         assert 0.0 <= float(remote["Body"]) <= 1.0
 
 
+@pytest.mark.newer_runtimes
 async def test_the_command_line_emulator_serves_both_runtimes(boto_client: ClientFactory) -> None:
     """The default set-up survives the trip to a child process (its config as a file)."""
     with Emulator.start_subprocess(EmulatorConfig.default(seed=2)) as process:

@@ -24,6 +24,7 @@ from gateway._aws.models import (
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.newer_runtimes
 def test_this_environment_has_every_runtime_model() -> None:
     """dev's botocore ships all three models, and their operations are the ones served."""
     operations = {

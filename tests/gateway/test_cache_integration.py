@@ -15,6 +15,7 @@ from redis.asyncio import Redis
 from gateway import Gateway, errors
 from gateway.emulator import Emulator, EmulatorConfig
 from tests._redis_procs import RedisServer
+from tests._sagemaker_members import SESSIONS
 from tests.cache._cache_support import faulty_writer_entry
 
 
@@ -116,8 +117,9 @@ async def test_cache_false_and_sessions_bypass_the_cache(emulator: Emulator) -> 
     async with _gateway(emulator, _cache()) as gw:
         await gw.invoke("echo", b"x")
         assert (await gw.invoke("echo", b"x", cache=False)).cache is None
-        assert (await gw.invoke("echo", b"x", session_id="NEW_SESSION")).cache is None
-    assert emulator.stats.count(endpoint="echo") == 3
+        if SESSIONS:  # botocore >= 1.35.15
+            assert (await gw.invoke("echo", b"x", session_id="NEW_SESSION")).cache is None
+    assert emulator.stats.count(endpoint="echo") == (3 if SESSIONS else 2)
 
 
 async def test_redis_dying_and_returning_never_fails_a_call(emulator: Emulator) -> None:

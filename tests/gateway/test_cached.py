@@ -13,14 +13,19 @@ from gateway.cache import CacheConfig, PredictionCache
 
 # Header-ish values, with the characters a naive join or prefix could confuse.
 part = st.none() | st.text(alphabet=st.sampled_from("ab:0123\x1f\x1e~="), max_size=8)
-# The members besides the body that go into the key's variant field.
-COMPOSITE = (
-    "TargetVariant",
-    "CustomAttributes",
-    "TargetContainerHostname",
-    "InferenceComponentName",
-    "EnableExplanations",
-    "PrefixAwareId",
+# The members besides the body that go into the key's variant field, those of the installed
+# model (PrefixAwareId came in botocore 1.43.68).
+COMPOSITE = tuple(
+    member
+    for member in (
+        "TargetVariant",
+        "CustomAttributes",
+        "TargetContainerHostname",
+        "InferenceComponentName",
+        "EnableExplanations",
+        "PrefixAwareId",
+    )
+    if member in INVOKE.by_name
 )
 parts = st.tuples(*(part for _ in COMPOSITE))
 INVOKE_KEY = KeyLayout(INVOKE)

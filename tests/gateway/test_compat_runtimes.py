@@ -116,6 +116,7 @@ def _plain(response: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
+@pytest.mark.newer_runtimes
 async def test_invoke_inference_router(emulator: Emulator, boto: dict[str, Any]) -> None:
     expected = await asyncio.to_thread(
         boto[INFERENCE_ROUTER_RUNTIME].invoke_inference_router, **ROUTER_PARAMS
@@ -128,6 +129,7 @@ async def test_invoke_inference_router(emulator: Emulator, boto: dict[str, Any])
     assert response["RoutingReason"] == "local-preferred"
 
 
+@pytest.mark.newer_runtimes
 async def test_invoke_inference_router_async(emulator: Emulator, boto: dict[str, Any]) -> None:
     expected = await asyncio.to_thread(
         boto[INFERENCE_ROUTER_RUNTIME].invoke_inference_router_async, **ASYNC_PARAMS
@@ -138,6 +140,7 @@ async def test_invoke_inference_router_async(emulator: Emulator, boto: dict[str,
     assert response["ResponseMetadata"]["HTTPStatusCode"] == 202
 
 
+@pytest.mark.newer_runtimes
 async def test_invoke_global_inference_gateway(emulator: Emulator, boto: dict[str, Any]) -> None:
     expected = await asyncio.to_thread(
         boto[GATEWAY_RUNTIME].invoke_global_inference_gateway, **GATEWAY_PARAMS
@@ -150,6 +153,7 @@ async def test_invoke_global_inference_gateway(emulator: Emulator, boto: dict[st
     assert _plain(response) == _plain(expected)
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize("failure", [None, "InternalStreamFailure", "ModelStreamError"])
 async def test_invoke_global_inference_gateway_stream(
     emulator: Emulator, boto: dict[str, Any], failure: str | None
@@ -196,6 +200,7 @@ def _boto_error(call: Any, **params: Any) -> botocore.exceptions.ClientError:
     raise AssertionError("no error")
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize("code", sorted(ROUTER_ERROR_CODES))
 async def test_router_errors_are_botocores_classes(
     emulator: Emulator, boto: dict[str, Any], code: str
@@ -212,6 +217,7 @@ async def test_router_errors_are_botocores_classes(
     assert caught.value.response["Error"] == expected.response["Error"]
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize("code", sorted(GATEWAY_OWN_ERROR_CODES))
 async def test_gateway_errors_are_botocores_classes(
     emulator: Emulator, boto: dict[str, Any], code: str
@@ -228,6 +234,7 @@ async def test_gateway_errors_are_botocores_classes(
     assert caught.value.response["Error"] == expected.response["Error"]
 
 
+@pytest.mark.newer_runtimes
 async def test_resource_not_found_members(emulator: Emulator, boto: dict[str, Any]) -> None:
     params = {**GATEWAY_PARAMS, "Body": b'{"model": "nope"}'}
     expected = await asyncio.to_thread(
@@ -241,6 +248,7 @@ async def test_resource_not_found_members(emulator: Emulator, boto: dict[str, An
         assert caught.value.response[key] == expected.response[key]
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize(
     ("service", "method", "params"),
     [

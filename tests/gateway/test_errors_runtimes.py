@@ -65,6 +65,7 @@ EXPECTED: dict[str, tuple[type[errors.ServiceError], bool]] = {
 }
 
 
+@pytest.mark.newer_runtimes
 def test_every_error_shape_of_both_models_has_a_class() -> None:
     shapes = {
         shape.name

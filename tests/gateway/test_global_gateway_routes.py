@@ -50,6 +50,7 @@ def _config(us: Emulator, eu: Emulator) -> dict[str, Any]:
     }
 
 
+@pytest.mark.newer_runtimes
 async def test_a_model_name_over_gateways_in_two_regions(
     regions: tuple[Emulator, Emulator],
 ) -> None:

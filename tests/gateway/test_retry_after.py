@@ -15,6 +15,8 @@ from gateway._events import Event, RetryScheduled
 from gateway.emulator import Emulator, EmulatorConfig
 from tests.gateway.conftest import ACCESS_KEY, SECRET_KEY
 
+pytestmark = pytest.mark.newer_runtimes
+
 CREDENTIALS = {"credentials": {ACCESS_KEY: SECRET_KEY}}
 HOME: dict[str, Any] = {
     "seed": 3,

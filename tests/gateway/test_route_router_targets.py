@@ -68,6 +68,7 @@ def _gateway(emulator: Emulator, targets: list[Any], **route: Any) -> Gateway:
     )
 
 
+@pytest.mark.newer_runtimes
 async def test_in_region_endpoint_first_then_the_cross_region_router(
     emulator: Emulator, eu: Emulator
 ) -> None:
@@ -90,6 +91,7 @@ async def test_in_region_endpoint_first_then_the_cross_region_router(
     assert "/eu-west-1/sagemaker/aws4_request" in headers["authorization"]
 
 
+@pytest.mark.newer_runtimes
 async def test_router_target_errors_are_retried_on_the_endpoint(
     emulator: Emulator, eu: Emulator
 ) -> None:
@@ -100,6 +102,7 @@ async def test_router_target_errors_are_retried_on_the_endpoint(
     assert (result.target, result.attempts) == ("local-a", 2)
 
 
+@pytest.mark.newer_runtimes
 async def test_members_a_router_does_not_take_are_refused(emulator: Emulator, eu: Emulator) -> None:
     async with _gateway(emulator, [_router_target(eu)]) as gw:
         with pytest.raises(errors.InvalidRequest, match="x-amzn-sagemaker-target-model"):
@@ -110,6 +113,7 @@ async def test_members_a_router_does_not_take_are_refused(emulator: Emulator, eu
     assert not [r for r in eu.recorded if r.path.startswith("/inference-routers/")]
 
 
+@pytest.mark.newer_runtimes
 def test_router_host_per_region_without_a_url() -> None:
     gw = Gateway(
         "us-east-1",
@@ -153,6 +157,7 @@ def test_router_target_key_labels_where() -> None:
     assert config.targets[0].key == "router/r/t@eu-west-1"
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize(
     ("code", "expected"),
     [
@@ -185,6 +190,7 @@ def _router_calls(eu: Emulator) -> int:
     return sum(1 for r in eu.recorded if r.path.startswith("/inference-routers/"))
 
 
+@pytest.mark.newer_runtimes
 async def test_a_healthy_endpoint_leaves_the_fallback_router_idle(
     emulator: Emulator, eu: Emulator
 ) -> None:
@@ -195,6 +201,7 @@ async def test_a_healthy_endpoint_leaves_the_fallback_router_idle(
     assert _router_calls(eu) == 0
 
 
+@pytest.mark.newer_runtimes
 async def test_an_ejected_endpoint_falls_back_to_the_router_in_another_region(
     emulator: Emulator, eu: Emulator
 ) -> None:
@@ -214,6 +221,7 @@ async def test_an_ejected_endpoint_falls_back_to_the_router_in_another_region(
     assert _router_calls(eu) == 6
 
 
+@pytest.mark.newer_runtimes
 async def test_a_hedge_lands_on_the_fallback_router(emulator: Emulator, eu: Emulator) -> None:
     targets = ["local-a", _router_target(eu, priority=1)]
     hedge = {"enabled": True, "initial_delay_ms": 20.0, "max_extra_load": 0.5}
@@ -225,6 +233,7 @@ async def test_a_hedge_lands_on_the_fallback_router(emulator: Emulator, eu: Emul
     assert result.body == b'{"hedged": true}'
 
 
+@pytest.mark.newer_runtimes
 async def test_the_fallback_takes_a_retry_of_the_healthy_primary(
     emulator: Emulator, eu: Emulator
 ) -> None:
@@ -242,6 +251,7 @@ async def test_the_fallback_takes_a_retry_of_the_healthy_primary(
 # -- streams and async invocations on routes with router targets ----------------------
 
 
+@pytest.mark.newer_runtimes
 async def test_a_stream_uses_the_routes_endpoint_targets_only(
     emulator: Emulator, eu: Emulator
 ) -> None:
@@ -254,6 +264,7 @@ async def test_a_stream_uses_the_routes_endpoint_targets_only(
     assert _router_calls(eu) == 0
 
 
+@pytest.mark.newer_runtimes
 async def test_a_stream_on_a_route_of_routers_only_is_refused_typed(
     emulator: Emulator, eu: Emulator
 ) -> None:
@@ -264,6 +275,7 @@ async def test_a_stream_on_a_route_of_routers_only_is_refused_typed(
     assert _router_calls(eu) == 0
 
 
+@pytest.mark.newer_runtimes
 async def test_an_async_invocation_goes_to_a_router_target_as_invoke_inference_router_async(
     emulator: Emulator, eu: Emulator
 ) -> None:
@@ -279,6 +291,7 @@ async def test_an_async_invocation_goes_to_a_router_target_as_invoke_inference_r
     assert headers["x-amzn-sagemaker-inputlocation"] == "s3://bucket/in.json"
 
 
+@pytest.mark.newer_runtimes
 async def test_an_inline_async_body_skips_the_router_targets(
     emulator: Emulator, eu: Emulator
 ) -> None:

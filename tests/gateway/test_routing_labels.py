@@ -58,6 +58,7 @@ def _resource(route: str, resource: str) -> tuple[str, tuple[tuple[str, str], ..
     return ("sagemaker_gateway_routed_resources_total", (("resource", resource), ("route", route)))
 
 
+@pytest.mark.newer_runtimes
 async def test_router_answers_are_counted_by_reason_and_resource(emulator: Emulator) -> None:
     route = {
         "targets": ["local-a", {"inference_router": "r", "routing_target": "t", "priority": 1}],

@@ -84,6 +84,7 @@ def _sent(emulator: Emulator, prefix: str) -> dict[str, str]:
 # -- every member of the models ---------------------------------------------------
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize(
     ("method", "service", "operation"),
     [
@@ -127,6 +128,7 @@ def test_every_header_member_is_a_keyword_and_in_signing_order(
 # -- InvokeInferenceRouter ------------------------------------------------------------
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_router_call_carries_every_member_and_answers_where_and_why(
     emulator: Emulator, transport: str
@@ -159,6 +161,7 @@ async def test_router_call_carries_every_member_and_answers_where_and_why(
     assert "x-amzn-sagemaker-routing-target-name" in sent["authorization"]
 
 
+@pytest.mark.newer_runtimes
 async def test_router_fails_over_to_another_region(emulator: Emulator) -> None:
     emulator.runtimes.routers.set_destination("r1", "t", "local-a", healthy=False)
     async with _gateway(emulator) as gw:
@@ -167,6 +170,7 @@ async def test_router_fails_over_to_another_region(emulator: Emulator) -> None:
     assert result.routing_reason in ("failover", "only-healthy")
 
 
+@pytest.mark.newer_runtimes
 async def test_router_missing_routing_target_is_refused_before_sending(
     emulator: Emulator,
 ) -> None:
@@ -178,6 +182,7 @@ async def test_router_missing_routing_target_is_refused_before_sending(
     assert not [r for r in emulator.recorded if r.path.startswith("/inference-routers/")]
 
 
+@pytest.mark.newer_runtimes
 async def test_router_async(emulator: Emulator) -> None:
     async with _gateway(emulator) as gw:
         answer = await gw.invoke_router_async(
@@ -205,6 +210,7 @@ async def test_router_async(emulator: Emulator) -> None:
     assert sent["x-amzn-sagemaker-inference-id"] == "inf-2"
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize("code", sorted(ROUTER_ERROR_CODES))
 async def test_every_router_error_is_its_class(emulator: Emulator, code: str) -> None:
     emulator.runtimes.routers.set_faults("r1", {code: 1.0})
@@ -226,6 +232,7 @@ async def test_every_router_error_is_its_class(emulator: Emulator, code: str) ->
     assert (caught.value.code, caught.value.status) == (code, ROUTER_ERROR_CODES[code])
 
 
+@pytest.mark.newer_runtimes
 async def test_router_model_error_and_retries_follow_the_route(emulator: Emulator) -> None:
     for endpoint in ("local-a", "remote-eu"):
         emulator.set_faults(endpoint, error_rates={"ModelError": 1.0})
@@ -246,6 +253,7 @@ async def test_router_model_error_and_retries_follow_the_route(emulator: Emulato
 # -- the Global Inference Gateway -----------------------------------------------------
 
 
+@pytest.mark.newer_runtimes
 async def test_global_gateway_completion_passes_the_token(emulator: Emulator) -> None:
     async with _gateway(emulator) as gw:
         result = await gw.invoke_global_gateway(
@@ -262,6 +270,7 @@ async def test_global_gateway_completion_passes_the_token(emulator: Emulator) ->
     assert sent["accept"] == "*/*"
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_global_gateway_streamed_completion(emulator: Emulator, transport: str) -> None:
     async with _gateway(emulator, transport) as gw:
@@ -279,6 +288,7 @@ async def test_global_gateway_streamed_completion(emulator: Emulator, transport:
     assert emulator.runtimes.gateways.forwarded[-1].body["stream"] is True
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize(
     ("event", "expected"),
     [
@@ -303,6 +313,7 @@ async def test_global_gateway_truncated_stream(
     assert not caught.value.retryable  # parts were delivered: not replayable
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize("code", sorted(GATEWAY_OWN_ERROR_CODES))
 async def test_every_global_gateway_error_is_its_class(emulator: Emulator, code: str) -> None:
     emulator.runtimes.gateways.set_faults("gw1", {"error_rates": {code: 1.0}})
@@ -328,6 +339,7 @@ async def test_every_global_gateway_error_is_its_class(emulator: Emulator, code:
         assert caught.value.retry_after == 1.0
 
 
+@pytest.mark.newer_runtimes
 async def test_global_gateway_request_errors(emulator: Emulator) -> None:
     async with _gateway(emulator) as gw:
         with pytest.raises(errors.ResourceNotFound) as missing_model:
@@ -407,6 +419,7 @@ class _EchoingServer:
             writer.close()
 
 
+@pytest.mark.newer_runtimes
 async def test_identity_token_and_custom_attributes_never_in_errors_events_or_logs(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -450,6 +463,7 @@ async def test_identity_token_and_custom_attributes_never_in_errors_events_or_lo
 # -- hosts -------------------------------------------------------------------------
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize(
     ("service", "options", "host"),
     [
@@ -480,6 +494,7 @@ def test_hosts_per_service_as_botocore_resolves_them(
     assert url == f"https://{host}"
 
 
+@pytest.mark.newer_runtimes
 def test_endpoint_url_per_service_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_GATEWAY_RUNTIME", "http://gateway.test:81")
     monkeypatch.setenv(
@@ -497,6 +512,7 @@ def test_endpoint_url_per_service_from_the_environment(monkeypatch: pytest.Monke
     }
 
 
+@pytest.mark.newer_runtimes
 async def test_router_in_another_region_is_signed_for_that_region(emulator: Emulator) -> None:
     async with _gateway(emulator) as gw:
         planner = gw._runtimes.runtime(INFERENCE_ROUTER_RUNTIME).planner
@@ -570,6 +586,7 @@ def test_an_older_botocore_names_the_release_each_new_operation_needs(tmp_path: 
     ]
 
 
+@pytest.mark.newer_runtimes
 async def test_a_stream_cut_mid_message_is_a_typed_error(emulator: Emulator) -> None:
     from tests._faultproxy import FaultProxy
 

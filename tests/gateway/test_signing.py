@@ -11,6 +11,7 @@ import pytest
 import requests
 from aws_requests_auth import aws_auth
 from botocore import auth as botocore_auth
+from botocore import compat as botocore_compat
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials as BotoCredentials
 from hypothesis import HealthCheck, given, settings
@@ -54,6 +55,25 @@ tokens = st.none() | st.text(
 regions = st.sampled_from(["us-east-1", "eu-west-1", "ap-southeast-2", "us-gov-west-1"])
 
 
+def _freeze_botocores_clock(monkeypatch: pytest.MonkeyPatch, when: datetime.datetime) -> None:
+    """SigV4Auth reads ``when`` as the time: botocore 1.34 calls ``datetime.datetime.utcnow()``
+    in ``botocore.auth``, newer releases ``get_current_datetime()`` of ``botocore.compat``;
+    both modules' ``datetime`` is replaced, so either finds the frozen clock."""
+
+    class Frozen(datetime.datetime):
+        @classmethod
+        def utcnow(cls) -> datetime.datetime:  # type: ignore[override]
+            return when
+
+        @classmethod
+        def now(cls, tz: datetime.tzinfo | None = None) -> datetime.datetime:  # type: ignore[override]
+            return when if tz is None else when.replace(tzinfo=tz)
+
+    frozen = SimpleNamespace(**{**vars(datetime), "datetime": Frozen})
+    for module in (botocore_auth, botocore_compat):
+        monkeypatch.setattr(module, "datetime", frozen)
+
+
 def botocore_sign(
     *,
     url: str,
@@ -67,7 +87,7 @@ def botocore_sign(
     request = AWSRequest(method="POST", url=url, data=body)
     for name, value in headers:
         request.headers[name] = value
-    monkeypatch.setattr(botocore_auth, "get_current_datetime", lambda *a, **k: when)
+    _freeze_botocores_clock(monkeypatch, when)
     boto_credentials = BotoCredentials(
         credentials.access_key, credentials.secret_key, credentials.token
     )

@@ -85,6 +85,7 @@ def test_log_lines_envelopes_and_outcomes(tmp_path: Path) -> None:
 
 
 def test_the_cli_trains_on_a_log_and_the_emulator_serves_the_artifact(tmp_path: Path) -> None:
+    pytest.importorskip("xgboost")  # the train extra (in dev)
     requests, outcomes = write_log(tmp_path)
     out = tmp_path / "model"
     args = ["--requests", str(requests), "--outcomes", str(outcomes), "--out", str(out)]
@@ -144,6 +145,7 @@ class RowRecorder:
 
 
 async def test_training_rows_are_byte_for_byte_the_filters_online_rows(tmp_path: Path) -> None:
+    pytest.importorskip("xgboost")  # the train extra (in dev)
     requests, outcomes = write_log(tmp_path, rows=1500, seed=12)
     out = tmp_path / "model"
     args = ["--requests", str(requests), "--outcomes", str(outcomes), "--out", str(out)]

@@ -36,9 +36,16 @@ from gateway.sidecar._config import SidecarConfig
 from tests.gateway.test_errors_runtimes import EXPECTED as RETRYABLE_BY_CODE
 from tests.gateway.test_runtimes_client import _EchoingServer
 
+pytestmark = pytest.mark.newer_runtimes
+
 SERVICES = (INFERENCE_ROUTER_RUNTIME, GATEWAY_RUNTIME)
+# Read at collection; a botocore without these models (the lowest-versions pass, which
+# deselects this module) collects no cases instead of failing to import.
+_SESSION = botocore.session.get_session()
 MODELS = {
-    service: botocore.session.get_session().get_service_model(service) for service in SERVICES
+    service: _SESSION.get_service_model(service)
+    for service in SERVICES
+    if service in _SESSION.get_available_services()
 }
 TOKEN = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJjYWxsZXIifQ.c2VjcmV0c2lnbmF0dXJl"
 ATTRIBUTES = "tenant=acme-secret-attrs"

@@ -72,7 +72,13 @@ CASES = [
         "sagemaker-runtime", _endpoint, 6 * MIB, "413", "HTTP content length", id="endpoint"
     ),
     pytest.param(
-        ROUTER, _router, 6 * MIB, "PayloadTooLargeException", "The request body", id="router"
+        ROUTER,
+        _router,
+        6 * MIB,
+        "PayloadTooLargeException",
+        "The request body",
+        id="router",
+        marks=pytest.mark.newer_runtimes,
     ),
     pytest.param(
         GATEWAY,
@@ -81,6 +87,7 @@ CASES = [
         "PayloadTooLargeException",
         "Global Inference Gateway: ",
         id="global",
+        marks=pytest.mark.newer_runtimes,
     ),
     pytest.param(
         GATEWAY,
@@ -89,6 +96,7 @@ CASES = [
         "PayloadTooLargeException",
         "Global Inference Gateway: ",
         id="global-stream",
+        marks=pytest.mark.newer_runtimes,
     ),
 ]
 
@@ -147,6 +155,7 @@ async def test_a_body_of_the_limit_is_served_and_one_byte_more_refused(
         assert refused["Message"] == refused["Error"]["Message"]
 
 
+@pytest.mark.newer_runtimes
 async def test_max_body_bytes_caps_every_runtime(
     gateway: Gateway, client_of: Callable[[str, str], Any]
 ) -> None:

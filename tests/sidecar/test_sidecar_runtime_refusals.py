@@ -120,6 +120,7 @@ def _reads_as_the_service(client: Any, error: ClientError, code: str, status: in
         assert response["Message"] == response["Error"]["Message"]
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize(("service", "call"), OPERATIONS)
 async def test_an_unsupported_header_is_a_validation_exception(
     gateway: Gateway, boto_client: ClientFactory, service: str, call: Callable[[Any], Any]
@@ -135,6 +136,7 @@ async def test_an_unsupported_header_is_a_validation_exception(
     assert "x-amzn-sagemaker-target-model" in error.response["Error"]["Message"]
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize(("service", "call"), OPERATIONS)
 async def test_a_malformed_timeout_header_is_a_validation_exception(
     gateway: Gateway, boto_client: ClientFactory, service: str, call: Callable[[Any], Any]
@@ -148,6 +150,7 @@ async def test_a_malformed_timeout_header_is_a_validation_exception(
     assert "x-gateway-timeout-ms" in error.response["Error"]["Message"]
 
 
+@pytest.mark.newer_runtimes
 async def test_a_malformed_integer_member_is_a_validation_exception(
     gateway: Gateway, boto_client: ClientFactory
 ) -> None:
@@ -162,6 +165,7 @@ async def test_a_malformed_integer_member_is_a_validation_exception(
     assert "'ten'" in error.response["Error"]["Message"]
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize(("service", "call"), OPERATIONS)
 async def test_a_refused_signature_reads_as_the_services_auth_error(
     gateway: Gateway, boto_client: ClientFactory, service: str, call: Callable[[Any], Any]
@@ -177,6 +181,7 @@ async def test_a_refused_signature_reads_as_the_services_auth_error(
     _reads_as_the_service(wrong, wrong_error, "InvalidSignatureException", 403)
 
 
+@pytest.mark.newer_runtimes
 async def test_the_in_flight_cap_is_the_runtimes_throttling_exception(
     gateway: Gateway, boto_client: ClientFactory
 ) -> None:
@@ -234,6 +239,7 @@ class _BuggyGateway(Gateway):
         raise RuntimeError("a bug")
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize(
     ("service", "call", "code"),
     [

@@ -119,6 +119,7 @@ def _router_call(client: Any, target: str = "t") -> dict[str, Any]:
     return dict(answer)
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize("target", ["t", "t-eu"])
 async def test_invoke_inference_router(
     stack: tuple[Emulator, Sidecar], boto_client: ClientFactory, target: str
@@ -133,6 +134,7 @@ async def test_invoke_inference_router(
     assert _comparable(relayed) == _comparable(direct)
 
 
+@pytest.mark.newer_runtimes
 async def test_invoke_inference_router_async(
     stack: tuple[Emulator, Sidecar], boto_client: ClientFactory
 ) -> None:
@@ -159,6 +161,7 @@ async def test_invoke_inference_router_async(
     assert _comparable(relayed) == _comparable(direct)
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize("code", sorted(ROUTER_ERROR_CODES))
 async def test_router_errors(
     stack: tuple[Emulator, Sidecar], boto_client: ClientFactory, code: str
@@ -192,6 +195,7 @@ def _gateway_call(client: Any) -> dict[str, Any]:
     return dict(answer)
 
 
+@pytest.mark.newer_runtimes
 async def test_invoke_global_inference_gateway(
     stack: tuple[Emulator, Sidecar], boto_client: ClientFactory
 ) -> None:
@@ -229,6 +233,7 @@ def _without_ids(event: Any) -> Any:
     return event
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize("failure", [None, "InternalStreamFailure", "ModelStreamError"])
 async def test_invoke_global_inference_gateway_stream(
     stack: tuple[Emulator, Sidecar], boto_client: ClientFactory, failure: str | None
@@ -246,6 +251,7 @@ async def test_invoke_global_inference_gateway_stream(
         assert len(relayed) == 2 and relayed[-1][0] == failure
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize("code", sorted(GATEWAY_OWN_ERROR_CODES))
 async def test_global_gateway_errors(
     stack: tuple[Emulator, Sidecar], boto_client: ClientFactory, code: str
@@ -283,6 +289,7 @@ def _unmodeled_refusal(**params: Any) -> Callable[[Any], Any]:
     return run
 
 
+@pytest.mark.newer_runtimes
 @pytest.mark.parametrize(
     ("params", "status", "code"),
     [
@@ -308,6 +315,7 @@ async def test_global_gateway_documented_but_unmodeled_errors_are_plain_client_e
     assert relayed["TopLevel"] == []
 
 
+@pytest.mark.newer_runtimes
 async def test_global_gateway_resource_not_found(
     stack: tuple[Emulator, Sidecar], boto_client: ClientFactory
 ) -> None:
@@ -338,6 +346,7 @@ async def test_unknown_runtime_action_is_refused(
     assert response.headers["x-amzn-errortype"].startswith("UnknownOperationException")
 
 
+@pytest.mark.newer_runtimes
 async def test_the_sidecars_own_errors_in_each_runtimes_vocabulary(
     stack: tuple[Emulator, Sidecar],
 ) -> None:
