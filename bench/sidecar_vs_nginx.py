@@ -4,6 +4,7 @@
     python -m bench.sidecar_vs_nginx --rounds 5 --duration 8 --connections 32
     python -m bench.sidecar_vs_nginx --quick          # tiny and short (CI): no timing claims
     python -m bench.sidecar_vs_nginx --json           # one JSON object at the end
+    python -m bench.sidecar_vs_nginx --baseline /tmp/base   # and the sidecar of another checkout
 
 The question an operator asks: what does the sidecar cost next to the proxy I
 would otherwise run? Both proxies sit in front of one ``bench._stub`` (its
@@ -25,7 +26,9 @@ figure a shared machine disturbs least. Then the medians, the sidecar/nginx
 ratio per round (median and range) and, with ``strace`` installed, system
 calls per request: ``strace -c -f`` attached to each proxy while exactly
 ``--strace-requests`` requests go through it (after a warm-up, on
-connections opened before counting). Without nginx the sidecar is measured
+connections opened before counting). ``--baseline DIR`` adds a third row, the
+sidecar of another checkout (a before/after in one run, rounds alternating
+over all three). Without nginx the sidecar is measured
 alone, and the output says how to install nginx. Needs ``wrk`` (``apt-get
 install -y wrk``); ``strace`` is optional (``apt-get install -y strace``).
 """
@@ -35,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import shutil
 import signal
@@ -177,14 +181,15 @@ class NginxProcess:
 
 
 class SidecarUnderTest:
-    """The sidecar, one worker, as ``python -m gateway sidecar`` runs it."""
+    """The sidecar, one worker, as ``python -m gateway sidecar`` runs it (of ``tree``, if given)."""
 
-    name = "sidecar"
-
-    def __init__(self, stub_url: str) -> None:
+    def __init__(self, stub_url: str, tree: Path | None = None) -> None:
+        self.name = "sidecar" if tree is None else "baseline"
         config = sidecar_config(stub_url)
+        # PYTHONSAFEPATH: the working directory (maybe this checkout) never shadows the tree.
+        env = None if tree is None else {"PYTHONPATH": str(tree), "PYTHONSAFEPATH": "1"}
         self._process = SidecarProcess.start(
-            config, "127.0.0.1:0", ("--log-level", "WARNING", "--workers", "1"), None
+            config, "127.0.0.1:0", ("--log-level", "WARNING", "--workers", "1"), env
         )
         self.url = self._process.url
         self.pid = self._process.pid
@@ -425,19 +430,24 @@ def summarise(samples: list[Sample], names: list[str]) -> dict[str, object]:
             "cpu_us_per_request": round(statistics.median(s.cpu_us_per_request for s in mine), 2),
         }
     report: dict[str, object] = {"medians": medians}
-    if "nginx" in names:
-        by_round: dict[int, dict[str, Sample]] = {}
-        for sample in samples:
-            by_round.setdefault(sample.round, {})[sample.proxy] = sample
-        pairs = [(r["sidecar"], r["nginx"]) for r in by_round.values()]
-        report["ratios"] = {
-            "cpu_per_request": _ratio_summary(
-                [s.cpu_us_per_request / n.cpu_us_per_request for s, n in pairs]
-            ),
-            "rps": _ratio_summary([s.rps / n.rps for s, n in pairs]),
-            "p50": _ratio_summary([s.p50_us / n.p50_us for s, n in pairs]),
-            "p99": _ratio_summary([s.p99_us / n.p99_us for s, n in pairs]),
-        }
+    by_round: dict[int, dict[str, Sample]] = {}
+    for sample in samples:
+        by_round.setdefault(sample.round, {})[sample.proxy] = sample
+    for name, over, key in (
+        ("sidecar", "nginx", "ratios"),
+        ("baseline", "nginx", "baseline_ratios"),
+        ("sidecar", "baseline", "sidecar_vs_baseline"),
+    ):
+        if name in names and over in names:
+            pairs = [(r[name], r[over]) for r in by_round.values()]
+            report[key] = {
+                "cpu_per_request": _ratio_summary(
+                    [s.cpu_us_per_request / n.cpu_us_per_request for s, n in pairs]
+                ),
+                "rps": _ratio_summary([s.rps / n.rps for s, n in pairs]),
+                "p50": _ratio_summary([s.p50_us / n.p50_us for s, n in pairs]),
+                "p99": _ratio_summary([s.p99_us / n.p99_us for s, n in pairs]),
+            }
     return report
 
 
@@ -450,6 +460,16 @@ def _format_calls(calls: dict[str, int], requests: int, top: int = 6) -> str:
     most = sorted(calls.items(), key=lambda item: -item[1])[:top]
     detail = ", ".join(f"{name} {count / requests:.2f}" for name, count in most)
     return f"{total:.2f}  ({detail})"
+
+
+def _build_kind_of(tree: Path) -> str:
+    """Which build the sidecar of ``tree`` runs: compiled, pure or mixed."""
+    code = "from gateway._build import build_kind; print(build_kind())"
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONSAFEPATH": "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    return result.stdout.strip()
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -466,6 +486,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--strace-requests", type=int, help="requests counted under strace (default 4000; 0: skip)"
     )
     parser.add_argument("--no-nginx", action="store_true", help="measure the sidecar alone")
+    parser.add_argument(
+        "--baseline", type=Path, help="also the sidecar of this checkout (a before/after)"
+    )
     parser.add_argument("--quick", action="store_true", help="tiny and short, for CI")
     parser.add_argument("--json", action="store_true", help="print one JSON object at the end")
     args = parser.parse_args(argv)
@@ -490,11 +513,16 @@ def main(argv: list[str] | None = None) -> int:
             if nginx is not None:
                 proxies.append(NginxProcess(nginx, stub.port))
             proxies.append(SidecarUnderTest(stub.url))
+            if args.baseline is not None:
+                proxies.append(SidecarUnderTest(stub.url, args.baseline))
             names = [proxy.name for proxy in proxies]
+            features = "(1 worker, signing, routing, metrics)"
             described = {
                 "nginx": f"nginx {nginx_version(nginx) if nginx else ''} (1 worker, "
                 "upstream keep-alive, no signing)",
-                "sidecar": f"sidecar, {build_kind()} build (1 worker, signing, routing, metrics)",
+                "sidecar": f"sidecar, {build_kind()} build {features}",
+                "baseline": f"baseline: the sidecar of {args.baseline}, "
+                f"{_build_kind_of(args.baseline) if args.baseline else ''} build {features}",
             }
             print(f"stub {stub.url}; " + "; ".join(f"{described[p.name]} {p.url}" for p in proxies))
             if nginx is None:
@@ -528,13 +556,18 @@ def main(argv: list[str] | None = None) -> int:
                     f"{'':>5} {name:<8} {m['rps']:>9.0f} {m['p50_us']:>8.0f} "
                     f"{m['p99_us']:>8.0f} {m['cpu_us_per_request']:>10.1f}"
                 )
-            ratios = report.get("ratios")
-            if isinstance(ratios, dict):
-                print(
-                    f"sidecar/nginx: CPU per request {_format_ratio(ratios['cpu_per_request'])}, "
-                    f"req/s {_format_ratio(ratios['rps'])}, p50 {_format_ratio(ratios['p50'])}, "
-                    f"p99 {_format_ratio(ratios['p99'])}"
-                )
+            for key, label in (
+                ("ratios", "sidecar/nginx"),
+                ("baseline_ratios", "baseline/nginx"),
+                ("sidecar_vs_baseline", "sidecar/baseline"),
+            ):
+                ratios = report.get(key)
+                if isinstance(ratios, dict):
+                    print(
+                        f"{label}: CPU per request {_format_ratio(ratios['cpu_per_request'])}, "
+                        f"req/s {_format_ratio(ratios['rps'])}, "
+                        f"p50 {_format_ratio(ratios['p50'])}, p99 {_format_ratio(ratios['p99'])}"
+                    )
             report["syscalls_per_request"] = _syscalls_section(proxies, args)
         finally:
             for proxy in proxies:
