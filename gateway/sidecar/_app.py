@@ -367,7 +367,7 @@ class SidecarApp:
         return None
 
     def _members(
-        self, headers: Mapping[str, str], operation: Operation
+        self, headers: dict[str, str], operation: Operation
     ) -> tuple[tuple[object, ...], float | None, bool | None, str | None]:
         """The call's members as received (in the operation's order), its timeout, cache choice
         and the caller's user agent (sent upstream first, the gateway's appended).
@@ -378,7 +378,10 @@ class SidecarApp:
         """
         members = operation.headers
         values: list[object] = [None] * len(members)
-        index_of = operation.header_index
+        # A dict, as _api builds it: typed so, a compiled build looks each header up
+        # in C rather than through a method call (one per request header).
+        table = operation.header_index
+        index_of: dict[str, int] = table if isinstance(table, dict) else dict(table)
         timeout = self._default_timeout
         cache: bool | None = None
         user_agent: str | None = None
