@@ -211,7 +211,12 @@ def make_certificate(directory: Path) -> Certificate:
 
 
 async def _serve(
-    port_out: Connection, host: str, tls: Certificate | None, latencies: dict[str, Latency]
+    port_out: Connection,
+    host: str,
+    tls: Certificate | None,
+    latencies: dict[str, Latency],
+    port: int = 0,
+    reuse_port: bool = False,
 ) -> None:
     stats = {"connections": 0, "requests": 0}
     by_name = {name.encode(): latency for name, latency in latencies.items()}
@@ -220,9 +225,10 @@ async def _serve(
     server = await loop.create_server(
         lambda: _StubProtocol(stats, by_name, rng),
         host,
-        0,
+        port,
         backlog=1024,
         ssl=tls.server_context() if tls else None,
+        reuse_port=reuse_port or None,
     )
     port_out.send(server.sockets[0].getsockname()[1])
     # The parent asks for stats (any message) and closes the pipe to stop us.
@@ -238,14 +244,19 @@ async def _serve(
 
 
 def _main(
-    port_out: Connection, host: str, tls: Certificate | None, latencies: dict[str, Latency]
+    port_out: Connection,
+    host: str,
+    tls: Certificate | None,
+    latencies: dict[str, Latency],
+    port: int = 0,
+    reuse_port: bool = False,
 ) -> None:
     die_with_parent()  # a stub outliving a killed benchmark would skew the next one
     with contextlib.suppress(ImportError):
         import uvloop
 
         uvloop.install()
-    asyncio.run(_serve(port_out, host, tls, latencies))
+    asyncio.run(_serve(port_out, host, tls, latencies, port, reuse_port))
 
 
 class StubServer:
@@ -256,15 +267,33 @@ class StubServer:
         host: str = "127.0.0.1",
         tls: Certificate | None = None,
         latencies: dict[str, Latency] | None = None,
+        processes: int = 1,
     ) -> None:
-        """``latencies``: per endpoint name, how long its answers take (others: at once)."""
+        """``latencies``: per endpoint name, how long its answers take (others: at once).
+
+        ``processes`` > 1: that many stub processes share the port (SO_REUSEPORT),
+        so that the stub keeps up with a sidecar of many workers; ``stats()`` is
+        the first one's.
+        """
         context = multiprocessing.get_context("spawn")
         self._pipe, child = context.Pipe()
+        shared = processes > 1
         self._process = context.Process(
-            target=_main, args=(child, host, tls, latencies or {}), daemon=True
+            target=_main, args=(child, host, tls, latencies or {}, 0, shared), daemon=True
         )
         self._process.start()
         self.port: int = self._pipe.recv()
+        self._more: list[tuple[Connection, multiprocessing.process.BaseProcess]] = []
+        for _ in range(processes - 1):
+            pipe, other = context.Pipe()
+            process = context.Process(
+                target=_main,
+                args=(other, host, tls, latencies or {}, self.port, True),
+                daemon=True,
+            )
+            process.start()
+            pipe.recv()
+            self._more.append((pipe, process))
         self.tls = tls
         self.url = f"{'https' if tls else 'http'}://{host}:{self.port}"
 
@@ -277,12 +306,19 @@ class StubServer:
         stats: dict[str, int] = self._pipe.recv()
         return stats
 
+    @property
+    def pids(self) -> list[int]:
+        """Every stub process's id."""
+        processes = [self._process, *(process for _, process in self._more)]
+        return [process.pid for process in processes if process.pid is not None]
+
     def stop(self) -> None:
-        self._pipe.close()
-        self._process.join(5)
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join()
+        for pipe, process in [(self._pipe, self._process), *self._more]:
+            pipe.close()
+            process.join(5)
+            if process.is_alive():
+                process.kill()
+                process.join()
 
     def __enter__(self) -> StubServer:
         return self

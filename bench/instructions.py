@@ -4,6 +4,8 @@
     python -m bench.instructions --tree /tmp/ab/base     # the sidecar of another checkout
     python -m bench.instructions --library --metrics     # Gateway.invoke, with the metrics hook
     python -m bench.instructions --concurrency 8 --requests 4000
+    python -m bench.instructions --concurrency 32 --attribute   # per feature (compiled build)
+    python -m bench.instructions --config-json '{"sidecar": {"access_log": true}}'
 
 Wall-clock CPU per request on a shared 2-core machine moves by 10% from
 one run to the next; the number of instructions a fixed number of calls
@@ -18,6 +20,13 @@ is instrumented for exactly ``--requests`` requests. Library: a script
 making sequential ``Gateway.invoke`` calls runs under callgrind twice,
 with N and 3N calls; the difference over 2N is the cost of one call.
 Needs valgrind (``apt-get install -y valgrind``).
+
+``--config-json`` merges a JSON object into the sidecar's config (a feature
+switched on costs the difference it makes). ``--attribute`` reads the
+profile back (``callgrind_annotate``) and prints the instructions per
+request spent inside each feature's functions, inclusive of what they call:
+the compiled build only, where each function has a name of its own (plain
+Python runs them all inside the interpreter's eval loop).
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ import asyncio
 import functools
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -123,11 +133,87 @@ def _callgrind(pid: int, *args: str) -> None:
     subprocess.run(["callgrind_control", *args, str(pid)], check=True, capture_output=True)
 
 
-def sidecar_instructions(tree: Path, requests: int, concurrency: int) -> float:
-    """Instructions the sidecar of ``tree`` runs per request (after a warm-up)."""
+# What each part of the sidecar's request path costs, by the compiled functions that do it
+# (mypyc names a module's function CPyDef_<module>___<name>, a method ...<Class>___<name>).
+# Disjoint in the call tree: none of these calls another's functions.
+FEATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("request parsing (HTTP server)", ("CPyDef_parsing____RequestReading___data_received",)),
+    ("request headers to members", ("CPyDef__app___SidecarApp____members",)),
+    (
+        "signing (SigV4, with the payload hash)",
+        ("CPyDef_request___PreparedRequest___encoded_head",),
+    ),
+    (
+        "routing (resolve, pick, start, finish)",
+        (
+            "CPyDef__router___Router___resolve",
+            "CPyDef__route___Route___pick",
+            "CPyDef__route___Route___start",
+            "CPyDef__route___Route___finish",
+        ),
+    ),
+    (
+        "metrics (sidecar's and the gateway's hook)",
+        (
+            "CPyDef_sidecar____metrics___SidecarMetrics___record",
+            "CPyDef_sidecar____metrics___SidecarMetrics___route_label",
+            "CPyDef_gateway____metrics___GatewayMetrics_____call__",
+        ),
+    ),
+    ("request timeout (deadline wheel)", ("CPyDef_pool___DeadlineWheel___arm",)),
+    ("upstream answer parsing", ("CPyDef_connection___Connection___data_received",)),
+    ("answer fields relayed", ("CPyDef__app____result_response",)),
+    ("answer encoding", ("CPyDef_writing____ResponseWriting____encode",)),
+)
+
+
+def attribute(out_file: Path, requests: int) -> dict[str, float]:
+    """Instructions per request inside each of FEATURES' functions (compiled build)."""
+    annotated = subprocess.run(
+        ["callgrind_annotate", "--inclusive=yes", "--threshold=100", "--auto=no", str(out_file)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    inclusive: dict[str, int] = {}
+    for line in annotated.splitlines():
+        # "  1,234,567 ( 1.23%)  file.c:function [object]"
+        found = re.match(r"\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+(\S+)", line)
+        if found is not None:
+            function = found.group(2).rsplit(":", 1)[-1]
+            inclusive.setdefault(function, int(found.group(1).replace(",", "")))
+    return {
+        name: sum(inclusive.get(function, 0) for function in functions) / requests
+        for name, functions in FEATURES
+    }
+
+
+def _merged(base: dict[str, object], overlay: dict[str, object]) -> dict[str, object]:
+    merged = dict(base)
+    for key, value in overlay.items():
+        current = merged.get(key)
+        if isinstance(current, dict) and isinstance(value, dict):
+            merged[key] = _merged(current, value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def sidecar_instructions(
+    tree: Path,
+    requests: int,
+    concurrency: int,
+    overlay: dict[str, object] | None = None,
+    features: dict[str, float] | None = None,
+) -> float:
+    """Instructions the sidecar of ``tree`` runs per request (after a warm-up).
+
+    ``overlay`` is merged into its config; ``features``, when given, is filled
+    with :func:`attribute`'s figures.
+    """
     with tempfile.TemporaryDirectory(prefix="instructions-") as directory, StubServer() as stub:
         config = Path(directory, "sidecar.json")
-        config.write_text(json.dumps(sidecar_config(stub.url)))
+        config.write_text(json.dumps(_merged(sidecar_config(stub.url), overlay or {})))
         port = _free_port()
         out = Path(directory, "callgrind.out")
         command = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
@@ -154,7 +240,10 @@ def sidecar_instructions(tree: Path, requests: int, concurrency: int) -> float:
         if errors:
             raise RuntimeError(f"{errors} requests failed")
         # The first dump (callgrind.out.1) holds the instrumented requests only.
-        return _instructions(Path(directory, "callgrind.out.1")) / requests
+        dump = Path(directory, "callgrind.out.1")
+        if features is not None:
+            features.update(attribute(dump, requests))
+        return _instructions(dump) / requests
 
 
 def library_instructions(tree: Path, calls: int, metrics: bool) -> float:
@@ -183,18 +272,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metrics", action="store_true", help="library: with the metrics hook")
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=1, help="sidecar connections")
+    parser.add_argument(
+        "--config-json", type=json.loads, default={}, help="merged into the sidecar's config"
+    )
+    parser.add_argument(
+        "--attribute", action="store_true", help="sidecar: instructions per feature (compiled)"
+    )
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (apt-get install -y valgrind)", file=sys.stderr)
         return 2
     tree = args.tree.resolve()
+    features: dict[str, float] | None = None
     if args.library:
         per_call = library_instructions(tree, args.requests // 2, args.metrics)
         what = "Gateway.invoke" + (" with metrics" if args.metrics else "")
     else:
-        per_call = sidecar_instructions(tree, args.requests, args.concurrency)
+        features = {} if args.attribute else None
+        per_call = sidecar_instructions(
+            tree, args.requests, args.concurrency, args.config_json, features
+        )
         what = f"sidecar request at concurrency {args.concurrency}"
+        if args.config_json:
+            what += f" with {json.dumps(args.config_json)}"
     print(f"{tree}: {per_call:,.0f} instructions per {what}")
+    if features is not None:
+        if not any(features.values()):
+            print("no per-feature figures: the hot path of this tree is not compiled")
+        for name, count in features.items():
+            print(f"  {count:>9,.0f}  {100 * count / per_call:5.1f}%  {name}")
     return 0
 
 

@@ -4,6 +4,8 @@
     python -m bench.sidecar_workers --workers 4 --rounds 6 --concurrency 128
     python -m bench.sidecar_workers --quick           # small and short (CI), no timing claims
     python -m bench.sidecar_load --workers 2          # the same, from the load benchmark
+    python -m bench.sidecar_workers --wrk 2 --concurrency 64       # wrk drives, 2 threads
+    python -m bench.sidecar_workers --workers 16 --wrk 8 --stub-processes 8 --concurrency 512
 
 Processes: the fast local stub (``bench._stub``), two sidecars started
 side by side (``python -m gateway sidecar``: one with a single worker, one
@@ -16,6 +18,10 @@ the ratio N-workers/1-worker per round, and its spread.
 
 The load generator is one process, one core: on a machine with few cores
 it competes with the workers, so the ratio measured here is a floor.
+``--wrk THREADS`` drives both sidecars with wrk instead (``apt-get install
+-y wrk``), as many threads as it needs, and ``--stub-processes N`` runs N
+stub processes on one port, so that neither the load nor the upstream
+caps what N workers can do (on a large host: see docs/explanation/sidecar-cost.md).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import shutil
 import statistics
 import sys
 import time
@@ -55,9 +62,39 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
-async def measure_round(
-    sidecar: SidecarProcess, workers: int, concurrency: int, warmup: float, duration: float
+def _wrk_round(
+    sidecar: SidecarProcess, workers: int, connections: int, threads: int, seconds: int
 ) -> Round:
+    """One round driven by wrk (a second's warm-up run first)."""
+    from bench.sidecar_vs_nginx import parse_wrk, run_wrk, wrk_script
+
+    with wrk_script() as script:
+        run_wrk(sidecar.url, script, threads, connections, 1)
+        cpu_before = tree_cpu_seconds(sidecar.pid)
+        output = run_wrk(sidecar.url, script, threads, connections, seconds)
+        cpu = tree_cpu_seconds(sidecar.pid) - cpu_before
+    requests, elapsed, _, _, errors = parse_wrk(output)
+    return Round(
+        workers=workers,
+        requests=requests,
+        rps=round(requests / elapsed, 1),
+        cpu_us_per_request=round(cpu / max(1, requests) * 1e6, 2),
+        errors=errors,
+    )
+
+
+async def measure_round(
+    sidecar: SidecarProcess,
+    workers: int,
+    concurrency: int,
+    warmup: float,
+    duration: float,
+    wrk_threads: int = 0,
+) -> Round:
+    if wrk_threads:
+        return await asyncio.to_thread(
+            _wrk_round, sidecar, workers, concurrency, wrk_threads, max(1, round(duration))
+        )
     loop = asyncio.get_running_loop()
     request = build_request(f"127.0.0.1:{sidecar.port}")
     latencies: list[int] = []
@@ -99,7 +136,7 @@ async def compare(
         results = {}
         for sidecar, workers in order:
             results[workers] = await measure_round(
-                sidecar, workers, args.concurrency, args.warmup, args.duration
+                sidecar, workers, args.concurrency, args.warmup, args.duration, args.wrk
             )
         one, many = results[1], results[args.workers]
         rounds.append((one, many))
@@ -134,6 +171,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, help="measured seconds per round")
     parser.add_argument("--quick", action="store_true", help="small and short, for CI")
     parser.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    parser.add_argument(
+        "--wrk", type=int, default=0, metavar="THREADS", help="drive with wrk, this many threads"
+    )
+    parser.add_argument(
+        "--stub-processes", type=int, default=1, help="stub processes sharing its port"
+    )
     args = parser.parse_args(argv)
     if args.concurrency is None:
         args.concurrency = 16 if args.quick else 64
@@ -148,7 +191,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     extra = ("--log-level", "WARNING")
-    with StubServer() as stub:
+    if args.wrk and shutil.which("wrk") is None:
+        print("wrk is not installed (apt-get install -y wrk)", file=sys.stderr)
+        return 2
+    with StubServer(processes=args.stub_processes) as stub:
         config = sidecar_config(stub.url)
         config["sidecar"]["drain_s"] = 0
         single = SidecarProcess.start(config, "127.0.0.1:0", (*extra, "--workers", "1"), None)
@@ -160,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"stub {stub.url}; 1 worker {single.url}; {args.workers} workers {multi.url}; "
                     f"{args.concurrency} connections"
+                    + (f", wrk -t{args.wrk}" if args.wrk else "")
+                    + (f", {args.stub_processes} stub processes" if args.stub_processes > 1 else "")
                 )
                 print(
                     f"{'round':>5} {'req/s 1':>10} {f'req/s {args.workers}':>10} {'ratio':>7} "

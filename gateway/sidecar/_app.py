@@ -212,28 +212,33 @@ class SidecarApp:
 
     # -- dispatch ------------------------------------------------------------
 
-    async def handle(self, request: Request) -> Response | StreamingResponse:
+    def handle(self, request: Request) -> Awaitable[Response | StreamingResponse]:
+        """The app's routes; a plain function returning the operation's coroutine.
+
+        An invocation pays one call here, not a coroutine frame of its own
+        that every resumption of the call would pass through.
+        """
         path = request.path
         rtb = self.rtb
         if rtb is not None and path == rtb.path and request.method == "POST":
-            return await self._openrtb(rtb, request)
+            return self._openrtb(rtb, request)
         if path.startswith("/endpoints/"):
             name, _, action = path[11:].partition("/")
             operation = _ACTIONS.get(action)
             if operation is not None and request.method == "POST":
-                return await self._invocation(request, operation, name)
+                return self._invocation(request, operation, name)
         elif path == "/ping" and request.method in ("GET", "HEAD"):
-            return self._ping()
+            return _answered(self._ping())
         elif path.startswith(_ROUTER_PREFIX) or path.startswith(_GATEWAY_PREFIX):
             prefix = _ROUTER_PREFIX if path.startswith(_ROUTER_PREFIX) else _GATEWAY_PREFIX
             name, _, action = path[len(prefix) :].partition("/")
             operation = _RUNTIME_ACTIONS[prefix].get(action)
             if operation is not None and request.method == "POST":
-                return await self._invocation(request, operation, name)
+                return self._invocation(request, operation, name)
             self.metrics.reject("unknown_operation")
-            return runtime_refusal("UnknownOperationException", "Unknown operation", 404)
+            return _answered(runtime_refusal("UnknownOperationException", "Unknown operation", 404))
         self.metrics.reject("unknown_operation")
-        return error_response("UnknownOperationException", "Unknown operation", 404)
+        return _answered(error_response("UnknownOperationException", "Unknown operation", 404))
 
     # -- observability (access log, server spans) ---------------------------
 
@@ -371,7 +376,7 @@ class SidecarApp:
         return None
 
     def _members(
-        self, headers: Mapping[str, str], operation: Operation
+        self, headers: dict[str, str], operation: Operation
     ) -> tuple[tuple[object, ...], float | None, bool | None, str | None]:
         """The call's members as received (in the operation's order), its timeout, cache choice
         and the caller's user agent (sent upstream first, the gateway's appended).
@@ -382,7 +387,10 @@ class SidecarApp:
         """
         members = operation.headers
         values: list[object] = [None] * len(members)
-        index_of = operation.header_index
+        # A dict, as _api builds it: typed so, a compiled build looks each header up
+        # in C rather than through a method call (one per request header).
+        table = operation.header_index
+        index_of: dict[str, int] = table if isinstance(table, dict) else dict(table)
         timeout = self._default_timeout
         cache: bool | None = None
         user_agent: str | None = None
@@ -505,6 +513,11 @@ class SidecarApp:
             if unhealthy:
                 return Response(503, (_JSON,), orjson.dumps({"unhealthy_routes": unhealthy}))
         return Response(200, (_JSON,), b'{"status":"ok"}')
+
+
+async def _answered(response: Response) -> Response:
+    """An answer ready at once, as the awaitable the server expects of a handler."""
+    return response
 
 
 def _refusal(operation: str, code: str, message: str, status: int) -> Response:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
+
+import pytest
 
 
 def test_sidecar_workers_quick_output_is_well_formed() -> None:
@@ -30,4 +34,27 @@ def test_sidecar_workers_quick_output_is_well_formed() -> None:
     assert report["workers"] == 2 and len(report["rounds"]) == 2
     assert report["errors"] == 0
     # Both sidecars served in every round.
+    assert all(one["requests"] > 0 and many["requests"] > 0 for one, many in report["rounds"])
+
+
+def test_sidecar_workers_driven_by_wrk_with_a_stub_of_two_processes() -> None:
+    if shutil.which("wrk") is None:
+        message = "wrk not found: apt-get install -y wrk (.ci/run does)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "bench.sidecar_workers", "--quick", "--json"),
+            *("--wrk", "2", "--stub-processes", "2"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert ", wrk -t2, 2 stub processes" in result.stdout.splitlines()[0]
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["errors"] == 0
     assert all(one["requests"] > 0 and many["requests"] > 0 for one, many in report["rounds"])
