@@ -587,7 +587,11 @@ class Invoker:
             failure = outcome.exception() if outcome is not None else None
             if emit is not None and failure is not None:
                 code = code_of(failure)
-                emit(RetryScheduled(route.name, state.attempt_number, state.upcoming_sleep, code))
+                # The sleep ahead: next_action (every tenacity this allows; upcoming_sleep
+                # is 8.2.3's).
+                action = state.next_action
+                sleep = 0.0 if action is None else float(action.sleep)
+                emit(RetryScheduled(route.name, state.attempt_number, sleep, code))
 
         retrying = AsyncRetrying(
             stop=stop,
