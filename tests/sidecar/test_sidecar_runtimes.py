@@ -379,6 +379,7 @@ async def test_the_sidecars_own_errors_in_each_runtimes_vocabulary(
     assert "RoutingTargetName" in missing.json()["Message"]  # the models name it so
 
 
+@pytest.mark.newer_runtimes
 async def test_router_and_gateway_calls_are_logged_with_their_route_and_bad_names_named(
     stack: tuple[Emulator, Sidecar],
 ) -> None:
