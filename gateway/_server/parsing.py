@@ -136,7 +136,6 @@ class _RequestReading:
         "_discarded",
         "_drain_waiter",
         "_expect_continue",
-        "_fed_at",
         "_head_bytes",
         "_header_pairs",
         "_http_version",
@@ -174,9 +173,6 @@ class _RequestReading:
         self._serving = False  # the worker has a request (or a refusal) to answer
         self._phase = _WAIT_FIRST
         self._phase_since = self._loop.time()
-        # The loop's time when the bytes being parsed were fed: the parser's
-        # callbacks start their phases' clocks with it (one clock read a feed).
-        self._fed_at = self._phase_since
         # Raw bytes fed to the parser for the current head, and whether a
         # message ended inside the last piece fed (see data_received).
         self._head_bytes = 0
@@ -250,7 +246,6 @@ class _RequestReading:
         parser = self._parser
         if parser is None:
             return False  # released: the connection is gone
-        self._fed_at = self._loop.time()
         try:
             parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -294,7 +289,7 @@ class _RequestReading:
 
     def on_message_begin(self) -> None:
         self._phase = _HEADERS
-        self._phase_since = self._fed_at
+        self._phase_since = self._loop.time()
 
     def on_url(self, url: bytes) -> None:
         # Bounded: data_received never feeds a head past max_header_size.
@@ -310,7 +305,7 @@ class _RequestReading:
 
     def on_headers_complete(self) -> None:
         self._phase = _BODY
-        self._phase_since = self._fed_at
+        self._phase_since = self._loop.time()
         declared = -1
         chunked = False
         for name, value in self._header_pairs:
