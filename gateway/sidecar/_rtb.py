@@ -271,81 +271,65 @@ class RtbMetrics:
             ("held_back", stats.held_back, "A rule matched; kept anyway by its holdback share."),
         ):
             yield CounterMetricFamily(f"sagemaker_gateway_rtb_{name}", text, value=value)
-        hits = CounterMetricFamily(
-            "sagemaker_gateway_rtb_rule_hits",
+        yield _by_label(
+            "rule_hits",
             "Bid requests each rule matched (whatever its action or holdback did).",
-            labels=["rule"],
+            "rule",
+            stats.rule_hits,
         )
-        for rule, count in stats.rule_hits.items():
-            hits.add_metric([rule], count)
-        yield hits
-        reloads = CounterMetricFamily(
-            "sagemaker_gateway_rtb_reloads",
+        yield _by_label(
+            "reloads",
             "Reloads of the [rtb] table (SIGHUP): applied, or refused (the old one stays).",
-            labels=["outcome"],
+            "outcome",
+            self.reloads,
         )
-        for outcome, count in self.reloads.items():
-            reloads.add_metric([outcome], count)
-        yield reloads
-        no_bids = CounterMetricFamily(
-            "sagemaker_gateway_rtb_no_bids",
+        yield _by_label(
+            "no_bids",
             "No-bids the proxy answered itself, by reason (below_threshold, rule, rate_cap, "
             "unreadable); a bidder's own no-bids are not counted here.",
-            labels=["reason"],
+            "reason",
+            self.no_bids,
         )
-        for reason, count in self.no_bids.items():
-            no_bids.add_metric([reason], count)
-        yield no_bids
         cap = self.cap
         if cap is not None:
-            family = CounterMetricFamily(
-                "sagemaker_gateway_rtb_rate_cap",
+            outcomes = {"admitted": cap.admitted, "cut": cap.cut_off, "no_token": cap.out_of_tokens}
+            yield _by_label(
+                "rate_cap",
                 "Kept requests through the bidders' rate cap: admitted, refused by the "
                 "adaptive score cut, or refused for want of a token.",
-                labels=["outcome"],
+                "outcome",
+                outcomes,
             )
-            family.add_metric(["admitted"], cap.admitted)
-            family.add_metric(["cut"], cap.cut_off)
-            family.add_metric(["no_token"], cap.out_of_tokens)
-            yield family
         yield self._batch_family(stats.batch_sizes)
-        unreadable = CounterMetricFamily(
-            "sagemaker_gateway_rtb_unreadable_by_reason",
+        yield _by_label(
+            "unreadable_by_reason",
             "Bid requests forwarded unscored, by reason (too_large, not_json, invalid, ...).",
-            labels=["reason"],
+            "reason",
+            stats.unreadable_reasons,
         )
-        for reason, count in stats.unreadable_reasons.items():
-            unreadable.add_metric([reason], count)
-        yield unreadable
         yield CounterMetricFamily(
             "sagemaker_gateway_rtb_feature_rows",
             "Feature rows computed (the denominator of the out-of-vocabulary shares).",
             value=stats.rows,
         )
-        unknown = CounterMetricFamily(
-            "sagemaker_gateway_rtb_out_of_vocabulary",
+        yield _by_label(
+            "out_of_vocabulary",
             "Feature rows whose value of this feature the model's encoding did not know.",
-            labels=["feature"],
+            "feature",
+            stats.out_of_vocabulary,
         )
-        for feature, count in stats.out_of_vocabulary.items():
-            unknown.add_metric([feature], count)
-        yield unknown
-        errors = CounterMetricFamily(
-            "sagemaker_gateway_rtb_bidder_errors",
+        yield _by_label(
+            "bidder_errors",
             "Forwarded requests that got no usable bidder answer, by reason.",
-            labels=["reason"],
+            "reason",
+            self.bidder_errors,
         )
-        for reason, count in list(self.bidder_errors.items()):
-            errors.add_metric([reason], count)
-        yield errors
-        responses = CounterMetricFamily(
-            "sagemaker_gateway_rtb_bidder_responses",
+        yield _by_label(
+            "bidder_responses",
             "Bidder answers by HTTP status.",
-            labels=["code"],
+            "code",
+            {str(status): count for status, count in list(self.bidder_responses.items())},
         )
-        for status, count in list(self.bidder_responses.items()):
-            responses.add_metric([str(status)], count)
-        yield responses
         forwarded = HistogramMetricFamily(
             "sagemaker_gateway_rtb_forward_duration_seconds",
             "Time from forwarding a kept request to the bidder's answer (or failure).",
@@ -718,6 +702,14 @@ def valid_tracestate(value: str) -> bool:
             return False
         keys.add(member.partition("=")[0])
     return len(keys) == len(members)  # a key may appear once
+
+
+def _by_label(name: str, text: str, label: str, counts: Mapping[str, int]) -> Metric:
+    """``sagemaker_gateway_rtb_<name>``: one counter per label value of ``counts``."""
+    family = CounterMetricFamily(f"sagemaker_gateway_rtb_{name}", text, labels=[label])
+    for value, count in list(counts.items()):  # a snapshot: requests count on meanwhile
+        family.add_metric([value], count)
+    return family
 
 
 def _request_id(body: bytes) -> str:
