@@ -128,7 +128,7 @@ class _Op:
 
     __slots__ = (
         "_after_host",
-        "_orders",
+        "_order",
         "limit",
         "name",
         "operation",
@@ -148,8 +148,9 @@ class _Op:
         # Checked headers after ``host`` by member tuple: a caller sends the same
         # few (a router's routing target), and checking one costs microseconds.
         self._after_host: dict[tuple[object, ...], list[tuple[str, str]]] = {}
-        # A typed method's member names -> how its values go into this model's tuple.
-        self._orders: dict[tuple[str, ...], MemberOrder] = {}
+        # How the typed method's values go into this model's tuple. One typed method calls
+        # each operation, always with the same names tuple: an identity test, no lookup.
+        self._order: MemberOrder | None = None
 
     def place(
         self, names: tuple[str, ...] | None, values: tuple[object, ...]
@@ -160,9 +161,9 @@ class _Op:
         """
         if names is None:
             return values
-        order = self._orders.get(names)
-        if order is None:
-            order = self._orders[names] = MemberOrder(self.operation, names)
+        order = self._order
+        if order is None or order.names is not names:
+            order = self._order = MemberOrder(self.operation, names)
         return order.place(values)
 
     def after_host(self, members: tuple[object, ...]) -> list[tuple[str, str]]:
