@@ -1,7 +1,7 @@
 """Build script: compiles the per-call hot path with mypyc for wheels.
 
 Everything else is declared in pyproject.toml. The modules named in
-``gateway/_build.py`` run on every ``Gateway.invoke`` or every request the
+``gateway/_host/build.py`` run on every ``Gateway.invoke`` or every request the
 sidecar serves; compiled, a call costs less CPU (``python -m bench.compare``
 prints which build it measured).
 
@@ -29,7 +29,7 @@ from setuptools.command.build_ext import build_ext
 
 # The list lives in the package, which reports at run time which build it is.
 ROOT = Path(__file__).resolve().parent
-HOT_PATH = list(runpy.run_path(str(ROOT / "gateway" / "_build.py"))["HOT_PATH"])
+HOT_PATH = list(runpy.run_path(str(ROOT / "gateway" / "_host" / "build.py"))["HOT_PATH"])
 # mypyc's shared library, named after the group: a dotted name puts it inside the
 # package (gateway/_hot_path__mypyc.<suffix>), so the wheel installs one top-level
 # name; the compiled modules import it by that full name.

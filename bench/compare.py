@@ -53,7 +53,7 @@ from urllib.parse import urlsplit
 
 from bench._peers import aiobotocore_problem
 from bench._stub import Certificate, StubServer, make_certificate
-from gateway._build import build_kind
+from gateway._host.build import build_kind
 from gateway._server.processes import die_with_parent
 
 ROOT = Path(__file__).resolve().parent.parent

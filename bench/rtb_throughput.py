@@ -72,7 +72,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gateway import Gateway, tune_gc
-from gateway._config_reader import read
+from gateway._config.reader import read
 from gateway.cache import CacheConfig, PredictionCache
 from gateway.emulator import Emulator
 from gateway.rtb import (

@@ -60,7 +60,7 @@ from bench._stub import StubServer
 from bench.instructions import _drive
 from bench.sidecar_load import PATH, PAYLOAD, build_request, sidecar_config
 from bench.sidecar_workers import tree_cpu_seconds
-from gateway._build import build_kind
+from gateway._host.build import build_kind
 from gateway.sidecar import SidecarProcess
 
 INSTALL_NGINX = "apt-get install -y nginx"
@@ -464,7 +464,7 @@ def _format_calls(calls: dict[str, int], requests: int, top: int = 6) -> str:
 
 def _build_kind_of(tree: Path) -> str:
     """Which build the sidecar of ``tree`` runs: compiled, pure or mixed."""
-    code = "from gateway._build import build_kind; print(build_kind())"
+    code = "from gateway._host.build import build_kind; print(build_kind())"
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONSAFEPATH": "1"}
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env

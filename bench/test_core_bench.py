@@ -28,11 +28,11 @@ from bench._stub import BODY as STUB_BODY
 from bench._stub import RESPONSE as STUB_RESPONSE
 from bench._stub import StubServer
 from gateway import Gateway, errors
-from gateway._api import decode_error
 from gateway._aws.sigv4 import Credentials, SigV4Signer, payload_sha256
 from gateway._http.connection import Connection
 from gateway._http.message import RawResponse, encode_head
 from gateway._http.request import RequestSigner
+from gateway._invoke.api import decode_error
 
 BATCH = 100
 REGION = "us-east-1"

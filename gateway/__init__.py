@@ -6,12 +6,12 @@ garbage collector's full passes out of the tail latency.
 """
 
 from gateway import errors
-from gateway._api import MAX_PAYLOAD_BYTES, AsyncInvocation, InvokeResult
 from gateway._aws.sigv4 import Credentials
 from gateway._client import Gateway, InvokeStream
-from gateway._config import GatewayConfig, PoolConfig
-from gateway._gc import GcTuning, tune_gc
-from gateway._version import __version__
+from gateway._config.options import GatewayConfig, PoolConfig
+from gateway._host.gc import GcTuning, tune_gc
+from gateway._host.version import __version__
+from gateway._invoke.api import MAX_PAYLOAD_BYTES, AsyncInvocation, InvokeResult
 from gateway.errors import (
     DeadlineExceeded,
     GatewayError,

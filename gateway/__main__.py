@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         print(_usage())
         return 0 if args else 2
     if args[0] in ("-V", "--version"):
-        from gateway._version import __version__
+        from gateway._host.version import __version__
 
         print(f"sagemaker-gateway {__version__}")
         return 0

@@ -1,4 +1,4 @@
-# Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py); an editable install runs it
+# Compiled with mypyc in wheels (HOT_PATH in gateway/_host/build.py); an editable install runs it
 # as plain Python. Keep it compilable: no async generators, no monkeypatching of its classes,
 # re-check attributes narrowed before an await. A compiled install needs a rebuild after edits.
 """The public client: ``Gateway``.
@@ -22,9 +22,22 @@ from typing import TYPE_CHECKING, Any, Self
 
 from mypy_extensions import mypyc_attr
 
-from gateway import _operations as operations
 from gateway import errors
-from gateway._api import (
+from gateway._aws.sigv4 import Credentials
+from gateway._config.assembly import (
+    config_from_keywords,
+    defaults_template,
+    make_cache,
+    make_transport,
+    route_configs,
+)
+from gateway._config.env import apply_environment, explain
+from gateway._config.options import GatewayConfig, PoolConfig
+from gateway._config.reader import load_toml
+from gateway._http.interfaces import Transport
+from gateway._http.message import Origin
+from gateway._invoke import operations
+from gateway._invoke.api import (
     INVOKE,
     INVOKE_ASYNC,
     INVOKE_STREAM,
@@ -35,14 +48,20 @@ from gateway._api import (
     decode_error,
     secrets_in,
 )
-from gateway._aws.sigv4 import Credentials
-from gateway._cached import CachedCalls
-from gateway._call import Invoker
-from gateway._config import GatewayConfig, PoolConfig
-from gateway._config_env import apply_environment, explain
-from gateway._config_reader import load_toml
-from gateway._credentials import CredentialSource
-from gateway._events import (
+from gateway._invoke.cached import CachedCalls
+from gateway._invoke.call import Invoker
+from gateway._invoke.credentials import CredentialSource
+from gateway._invoke.runtimes import (
+    GATEWAY_RUNTIME,
+    INFERENCE_ROUTER_RUNTIME,
+    INVOKE_GLOBAL_GATEWAY,
+    INVOKE_ROUTER,
+    RuntimeCalls,
+    RuntimeStream,
+)
+from gateway._invoke.streaming import InvokeStream, payload_parts
+from gateway._invoke.target_plans import TargetPlanner
+from gateway._observe.events import (
     Emit,
     Event,
     Hook,
@@ -51,28 +70,9 @@ from gateway._events import (
     circuit_event,
     health_event,
 )
-from gateway._gateway_config import (
-    config_from_keywords,
-    defaults_template,
-    make_cache,
-    make_transport,
-    route_configs,
-)
-from gateway._http.interfaces import Transport
-from gateway._http.message import Origin
-from gateway._metrics import GatewayMetrics
-from gateway._prometheus import gateway_collector, gateway_metrics
-from gateway._runtimes import (
-    GATEWAY_RUNTIME,
-    INFERENCE_ROUTER_RUNTIME,
-    INVOKE_GLOBAL_GATEWAY,
-    INVOKE_ROUTER,
-    RuntimeCalls,
-    RuntimeStream,
-)
-from gateway._streaming import InvokeStream, payload_parts
-from gateway._target_plans import TargetPlanner
-from gateway._tracing import tracing_hook
+from gateway._observe.metrics import GatewayMetrics
+from gateway._observe.prometheus import gateway_collector, gateway_metrics
+from gateway._observe.tracing import tracing_hook
 from gateway.cache import CacheConfig, PredictionCache
 from gateway.routing import Route, Router, TargetState
 
@@ -230,7 +230,7 @@ class Gateway:
         self._runtimes = RuntimeCalls(self)
         self._cache = make_cache(cache if isinstance(cache, CacheConfig) else None, config)
         self._cached = CachedCalls(self._cache) if self._cache is not None else None
-        # The instrumentation stream (gateway._events): None while no hook is
+        # The instrumentation stream (gateway._observe.events): None while no hook is
         # registered, and then the call path builds no event at all.
         self._emit: Emit | None = None
         self._metrics: GatewayMetrics | None = None
@@ -581,7 +581,7 @@ class Gateway:
     # -- instrumentation -----------------------------------------------------
 
     def add_hook(self, hook: Hook) -> None:
-        """Send every instrumentation event (``gateway._events``) to ``hook`` from now on."""
+        """Send every instrumentation event (``gateway._observe.events``) to ``hook``."""
         self._instrumentation.add(hook)
 
     def remove_hook(self, hook: Hook) -> None:

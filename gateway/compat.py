@@ -67,11 +67,11 @@ import botocore.session
 import botocore.validate
 from botocore.hooks import HierarchicalEmitter
 
-from gateway import _api as api
 from gateway import errors
-from gateway._api import AsyncInvocation, InvokeResult
 from gateway._aws.models import GATEWAY_RUNTIME, INFERENCE_ROUTER_RUNTIME, service_model
 from gateway._client import Gateway
+from gateway._invoke import api
+from gateway._invoke.api import AsyncInvocation, InvokeResult
 
 __all__ = [
     "ClientMeta",
@@ -942,7 +942,7 @@ def create_client(
 # ``parsed["ResponseMetadata"]["RetryAttempts"]`` counts the gateway's extra
 # attempts (hedges and retries). Per-HTTP-attempt events (before-send, needs-retry, ...) are not
 # emitted: the gateway signs, sends, hedges and retries itself; observe those
-# through ``client.gateway.add_hook`` (gateway._events) instead.
+# through ``client.gateway.add_hook`` (gateway._observe.events) instead.
 
 
 class ClientEvents(HierarchicalEmitter):  # type: ignore[misc]

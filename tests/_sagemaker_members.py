@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway._api import operations
+from gateway._invoke.api import operations
 from gateway.emulator._service import RecordedRequest
 
 # A value for every request member of every operation (EndpointName and Body aside).

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
-from gateway._build import build_kind, stale_modules
+from gateway._host.build import build_kind, stale_modules
 from tests._redis_procs import RedisServer, shared_redis_available
 
 # Generated inputs are checked for what they find, not for how fast this machine makes

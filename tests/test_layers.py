@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("gateway",)
 # What the independent layers (routing, cache) may import of gateway: the error tree and
 # the config reader, which import nothing else of gateway themselves.
-_FOUNDATION = ("gateway.errors", "gateway._config_reader")
+_FOUNDATION = ("gateway.errors", "gateway._config.reader")
 
 # Folders under gateway/ that hold something other than the embedded client.
 _NOT_CLIENT = (
@@ -89,23 +89,28 @@ def _breaks(rule: str, module: str, name: str) -> bool:
         allowed = ("gateway.cache", *_FOUNDATION)
         return _within(module, "gateway.cache") and not _within(name, *allowed)
     if rule == "the foundation imports nothing above it":
-        below = {"gateway.errors": (), "gateway._config_reader": ("gateway.errors",)}
+        below = {"gateway.errors": (), "gateway._config.reader": ("gateway.errors",)}
         return module in below and not _within(name, *below[module])
     if rule == "the client never imports the server kit or the programs":
         return _is_client(module) and _within(name, *_NOT_CLIENT[:3], "gateway._server")
     if rule == "the HTTP layer knows no SageMaker and no client":
         allowed = (
             *_FOUNDATION,
-            "gateway._version",
+            "gateway._host.version",
             "gateway._http",
             "gateway._aws",
         )
         return _within(module, "gateway._http") and not _within(name, *allowed)
     if rule == "the AWS protocols sit at the bottom":
-        allowed = ("gateway.errors", "gateway._version", "gateway._aws")
+        allowed = ("gateway.errors", "gateway._host.version", "gateway._aws")
         return _within(module, "gateway._aws") and not _within(name, *allowed)
     if rule == "the server kit never imports the client":
-        client = ("gateway._client", "gateway._call", "gateway._http", "gateway._cached")
+        client = (
+            "gateway._client",
+            "gateway._invoke.call",
+            "gateway._http",
+            "gateway._invoke.cached",
+        )
         return _within(module, "gateway._server") and _within(name, *client)
     raise AssertionError(rule)
 

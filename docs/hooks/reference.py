@@ -1,10 +1,10 @@
 """Reference pages generated from the code, so they cannot drift from it.
 
-- configuration keys: walked from the config sections (``gateway._config_reader.section``
+- configuration keys: walked from the config sections (``gateway._config.reader.section``
   classes), with type, default, bounds, environment variable and ``_file`` form; what each
   key means comes from ``config_keys.yml`` beside this file, which must name exactly the
   declared keys;
-- operations and their members: ``gateway._api.operation_table()`` (botocore's models);
+- operations and their members: ``gateway._invoke.api.operation_table()`` (botocore's models);
 - metric families: collected from a Gateway and a Sidecar (with the OpenRTB proxy)
   built in this process, as ``GET /metrics`` would render them;
 - command-line flags: the ``argparse`` parsers of each command, caught as they parse.
@@ -68,7 +68,7 @@ class Table:
 
 def _tables() -> dict[str, list[Table]]:
     """The config files' tables, by file: "gateway" (Gateway and sidecar), "emulator"."""
-    from gateway import _config
+    from gateway._config import options as _config
     from gateway.cache import CacheConfig
     from gateway.emulator import EmulatorConfig
     from gateway.routing import RouteConfig
@@ -94,7 +94,7 @@ def _tables() -> dict[str, list[Table]]:
 
 
 def _is_section(kind: Any) -> bool:
-    from gateway import _config_reader
+    from gateway._config import reader as _config_reader
 
     return isinstance(kind, type) and kind in _config_reader._KEYS
 
@@ -187,9 +187,9 @@ def _number(value: float) -> str:
 
 
 def _walk(cls: type, table: str, env: str | None, inherited_env: bool = True) -> Iterator[Key]:
-    from gateway import _config
-    from gateway._config_reader import SECRET_KEYS
-    from gateway._config_reader import _hints as hints_of
+    from gateway._config import options as _config
+    from gateway._config.reader import SECRET_KEYS
+    from gateway._config.reader import _hints as hints_of
 
     hints = hints_of(cls)
     for field in dataclasses.fields(cls):
@@ -344,7 +344,7 @@ def _cell(text: str) -> str:
 
 def operations_markdown() -> str:
     """Every operation of the three runtimes, with its request and response members."""
-    from gateway._api import operation_table
+    from gateway._invoke.api import operation_table
 
     out: list[str] = []
     service = None
@@ -382,7 +382,7 @@ def operations_markdown() -> str:
 
 
 def operation_names() -> list[tuple[str, str]]:
-    from gateway._api import operation_table
+    from gateway._invoke.api import operation_table
 
     return sorted(operation_table())
 

@@ -1,4 +1,4 @@
-# Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py); an editable install runs it
+# Compiled with mypyc in wheels (HOT_PATH in gateway/_host/build.py); an editable install runs it
 # as plain Python. Keep it compilable: no async generators, no monkeypatching of its classes,
 # re-check attributes narrowed before an await. A compiled install needs a rebuild after edits.
 """HTTP/1.1 messages as the client sends and receives them: origins, heads, raw responses.
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gateway import errors
-from gateway._version import __version__
+from gateway._host.version import __version__
 
 USER_AGENT = f"sagemaker-gateway/{__version__}"
 

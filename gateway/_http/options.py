@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Any
 
-from gateway._config_reader import fail, read, section, setting
+from gateway._config.reader import fail, read, section, setting
 
 __all__ = ["PoolConfig"]
 

@@ -1,4 +1,4 @@
-# Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py): keep it compilable.
+# Compiled with mypyc in wheels (HOT_PATH in gateway/_host/build.py): keep it compilable.
 """What a handler sees and returns: the request, the responses, the server's limits.
 
 Re-exported by :mod:`gateway._server.http`, the public import path.

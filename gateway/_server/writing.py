@@ -1,4 +1,4 @@
-# Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py): keep it compilable
+# Compiled with mypyc in wheels (HOT_PATH in gateway/_host/build.py): keep it compilable
 # (no async generators, no monkeypatching, re-check attributes narrowed before an await).
 """Answering a connection: response encoding and write flow control.
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
-from gateway._config_reader import fail, read, section, setting
+from gateway._config.reader import fail, read, section, setting
 from gateway.errors import ConfigError
 
 from ._redis_target import parse_host_port, redact_url, redis_target

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-from gateway._config_reader import fail
+from gateway._config.reader import fail
 
 if TYPE_CHECKING:
     from ._config import CacheConfig

@@ -7,7 +7,7 @@ from dataclasses import field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from gateway._config_reader import fail, http_url, load_toml, read, section, setting
+from gateway._config.reader import fail, http_url, load_toml, read, section, setting
 from gateway.emulator._errors import ERROR_CODES
 from gateway.errors import ConfigError
 

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import orjson
 
-from gateway._config_reader import to_table
+from gateway._config.reader import to_table
 from gateway._server import processes as child_process
 from gateway._server.address import is_loopback, parse_listen
 from gateway._server.http import (

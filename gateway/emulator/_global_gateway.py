@@ -30,7 +30,7 @@ from gateway._aws.eventstream import (
     internal_stream_failure,
     model_stream_error,
 )
-from gateway._config_reader import read
+from gateway._config.reader import read
 from gateway._server.http import Request, Response, StreamingResponse
 from gateway.emulator._config import GLOBAL_GATEWAY_MAX_BODY, LatencyConfig
 from gateway.emulator._runtime_config import (

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from gateway._config_reader import read
+from gateway._config.reader import read
 from gateway._server.http import AbortConnection, Request, Response
 from gateway.emulator._config import ROUTER_MAX_BODY
 from gateway.emulator._errors import SageMakerError

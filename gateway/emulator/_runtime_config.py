@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Literal
 
-from gateway._config_reader import fail, section, setting
+from gateway._config.reader import fail, section, setting
 from gateway.emulator._config import LatencyConfig
 
 __all__ = [

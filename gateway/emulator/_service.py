@@ -14,7 +14,9 @@ from typing import Any
 
 import orjson
 
-from gateway._api import (
+from gateway._aws.eventstream import encode_payload_part, model_stream_error
+from gateway._config.reader import read
+from gateway._invoke.api import (
     INVOKE,
     INVOKE_ASYNC,
     INVOKE_STREAM,
@@ -22,8 +24,6 @@ from gateway._api import (
     Member,
     Operation,
 )
-from gateway._aws.eventstream import encode_payload_part, model_stream_error
-from gateway._config_reader import read
 from gateway._server.http import AbortConnection, Request, Response, StreamingResponse
 from gateway.emulator._auth import SignatureVerifier
 from gateway.emulator._config import (

@@ -7,7 +7,7 @@ from dataclasses import field
 from typing import Any, Self
 from urllib.parse import urlsplit
 
-from gateway._config_reader import fail, http_url, read, section, setting
+from gateway._config.reader import fail, http_url, read, section, setting
 from gateway.errors import ConfigError
 
 # Default ceilings; left at the default, each follows a larger base.

@@ -1,4 +1,4 @@
-# Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py); an editable install runs it
+# Compiled with mypyc in wheels (HOT_PATH in gateway/_host/build.py); an editable install runs it
 # as plain Python. Keep it compilable: no async generators, no monkeypatching of its classes,
 # re-check attributes narrowed before an await. A compiled install needs a rebuild after edits.
 """Per-target runtime state, its updates, and the outcome vocabulary gateway reports in."""

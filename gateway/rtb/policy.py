@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from gateway._config_reader import section, setting
+from gateway._config.reader import section, setting
 from gateway.rtb.request import BidRequest
 from gateway.rtb.rules import Rule
 

@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from gateway._config_reader import fail, section, setting
+from gateway._config.reader import fail, section, setting
 from gateway.rtb.features import _access, _steps
 from gateway.rtb.request import BidRequest, Imp, Record, record_index
 

@@ -1,4 +1,4 @@
-# Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py); an editable install runs it
+# Compiled with mypyc in wheels (HOT_PATH in gateway/_host/build.py); an editable install runs it
 # as plain Python. Keep it compilable: no async generators, no monkeypatching of its classes,
 # re-check attributes narrowed before an await. A compiled install needs a rebuild after edits.
 """The sidecar's request handler: SageMaker Runtime routes in, ``Gateway`` calls out.
@@ -28,7 +28,8 @@ from prometheus_client import (
 )
 
 from gateway import errors
-from gateway._api import (
+from gateway._client import Gateway
+from gateway._invoke.api import (
     INVOKE,
     INVOKE_ASYNC,
     INVOKE_STREAM,
@@ -39,8 +40,7 @@ from gateway._api import (
     safe_request_id,
     secrets_in_headers,
 )
-from gateway._client import Gateway
-from gateway._runtimes import (
+from gateway._invoke.runtimes import (
     GATEWAY_RUNTIME,
     INFERENCE_ROUTER_RUNTIME,
     INVOKE_GLOBAL_GATEWAY,
@@ -48,8 +48,8 @@ from gateway._runtimes import (
     INVOKE_ROUTER,
     INVOKE_ROUTER_ASYNC,
 )
+from gateway._observe.tracing import ServerTracing, gateway_tracer, trace_id_of_traceparent
 from gateway._server.http import Request, Response, StreamingResponse
-from gateway._tracing import ServerTracing, gateway_tracer, trace_id_of_traceparent
 from gateway.sidecar._auth import Authenticator, SigV4Rejected
 from gateway.sidecar._config import SidecarConfig
 from gateway.sidecar._errors import (

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Any, Literal
 
-from gateway._config_reader import fail, read, section, setting
+from gateway._config.reader import fail, read, section, setting
 from gateway._server.address import host_port, is_loopback
 from gateway.errors import ConfigError
 

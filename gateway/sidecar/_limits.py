@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from gateway._api import MAX_PAYLOAD_BYTES, operation_table
-from gateway._runtimes import (
+from gateway._invoke.api import MAX_PAYLOAD_BYTES, operation_table
+from gateway._invoke.runtimes import (
     GATEWAY_RUNTIME,
     INFERENCE_ROUTER_RUNTIME,
     INVOKE_GLOBAL_GATEWAY,

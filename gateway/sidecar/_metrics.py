@@ -1,4 +1,4 @@
-# Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py); an editable install runs it
+# Compiled with mypyc in wheels (HOT_PATH in gateway/_host/build.py); an editable install runs it
 # as plain Python. Keep it compilable: no async generators, no monkeypatching of its classes,
 # re-check attributes narrowed before an await. A compiled install needs a rebuild after edits.
 """The sidecar's own metrics, exposed through ``prometheus_client``.
@@ -24,7 +24,7 @@ from prometheus_client.core import (
     Metric,
 )
 
-from gateway._metrics import (
+from gateway._observe.metrics import (
     DEFAULT_LABEL_CAP,
     LATENCY_BUCKETS_S,
     OTHER,

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
-from gateway._config_reader import section, setting
+from gateway._config.reader import section, setting
 
 __all__ = ["BidderCap", "RateCapConfig"]
 

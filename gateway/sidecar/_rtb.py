@@ -58,13 +58,13 @@ import orjson
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
 from gateway import errors
-from gateway._config_reader import fail, http_url, read, section, setting
+from gateway._config.reader import fail, http_url, read, section, setting
 from gateway._http.message import Origin
 from gateway._http.native import NativeTransport
 from gateway._http.options import PoolConfig
 from gateway._http.request import PreparedRequest
+from gateway._observe.tracing import ServerTracing
 from gateway._server.http import Request, Response
-from gateway._tracing import ServerTracing
 from gateway.rtb import BidFilter, Decision, FilterPolicy, Reason, Scorer
 from gateway.rtb.request import (
     DEFAULT_MAX_REQUEST_BYTES,

@@ -22,10 +22,11 @@ import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway._client import Gateway
-from gateway._config import GatewayConfig
-from gateway._config_env import apply_environment, explain
-from gateway._config_reader import load_toml
-from gateway._gc import GcTuning, tune_gc
+from gateway._config.env import apply_environment, explain
+from gateway._config.options import GatewayConfig
+from gateway._config.reader import load_toml
+from gateway._host.gc import GcTuning, tune_gc
+from gateway._observe.tracing import configure_from_environment
 from gateway._server import processes as child_process
 from gateway._server.address import parse_listen
 from gateway._server.http import (
@@ -37,7 +38,6 @@ from gateway._server.http import (
     StreamingResponse,
     start_server,
 )
-from gateway._tracing import configure_from_environment
 from gateway.errors import ConfigError
 from gateway.sidecar._app import SidecarApp
 from gateway.sidecar._auth import Authenticator, make_authenticator

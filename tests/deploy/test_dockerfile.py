@@ -122,7 +122,7 @@ def test_the_image_installs_a_compiled_hot_path(docker_build: BuiltImage) -> Non
         [
             str(docker_build.python),
             "-c",
-            "from gateway._build import build_kind; print(build_kind())",
+            "from gateway._host.build import build_kind; print(build_kind())",
         ],
         capture_output=True,
         text=True,

@@ -24,8 +24,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway._config import GatewayConfig
-from gateway._config_env import apply_environment
+from gateway._config.env import apply_environment
+from gateway._config.options import GatewayConfig
 from gateway.sidecar import SidecarConfig, SidecarProcess
 from tests.deploy._kustomize import (
     Document,

@@ -57,7 +57,10 @@ def test_the_manylinux_wheel_installs_into_a_fresh_venv_and_runs(
     version = _run(python, "-m", "gateway", "--version", cwd=tmp_path)
     assert version.startswith("sagemaker-gateway ")
     build = _run(
-        python, "-c", "from gateway._build import build_kind; print(build_kind())", cwd=tmp_path
+        python,
+        "-c",
+        "from gateway._host.build import build_kind; print(build_kind())",
+        cwd=tmp_path,
     )
     assert build.strip() == "compiled"
 
@@ -209,7 +212,7 @@ def test_the_wheel_lives_beside_an_applications_and_pypis_cache_and_routing(
 _HELP = """
 import inspect, json, pydoc
 from gateway import Gateway
-from gateway._build import build_kind
+from gateway._host.build import build_kind
 public = [n for n, v in vars(Gateway).items() if callable(v) and not n.startswith("_")]
 report = {"build": build_kind(), "unsigned": [], "undocumented": [], "coroutines": []}
 for name in public:

@@ -74,7 +74,7 @@ def test_every_emulator_config_key_is_on_its_page() -> None:
 
 
 def test_every_config_section_of_the_file_has_a_table() -> None:
-    from gateway import _config
+    from gateway._config import options as _config
 
     page = (DOCS / "reference" / "config.md").read_text(encoding="utf-8")
     tables = re.findall(r"<!-- reference: config gateway (\S+) -->", page)
@@ -126,7 +126,7 @@ def test_every_command_of_python_m_gateway_is_documented() -> None:
 
 
 def test_every_operation_and_member_is_on_the_operations_page() -> None:
-    from gateway._api import operation_table
+    from gateway._invoke.api import operation_table
 
     page = _rendered("reference/operations.md")
     for (_, name), operation in operation_table().items():

@@ -10,8 +10,8 @@ import httpx
 import pytest
 from botocore.exceptions import ClientError, EventStreamError, ParamValidationError
 
-from gateway._api import operations
 from gateway._aws.eventstream import EventStreamDecoder
+from gateway._invoke.api import operations
 from gateway.emulator import Emulator, EmulatorConfig
 from tests._sagemaker_members import SESSIONS
 from tests.emulator.conftest import ClientFactory, signed_headers

@@ -20,8 +20,8 @@ from botocore import xform_name
 from botocore.config import Config
 
 from gateway import Gateway, compat, errors
-from gateway._api import INVOKE, operation_table
-from gateway._cached import KeyLayout
+from gateway._invoke.api import INVOKE, operation_table
+from gateway._invoke.cached import KeyLayout
 from gateway.emulator import Emulator, EmulatorConfig
 from gateway.sidecar import Sidecar
 

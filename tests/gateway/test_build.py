@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway import _build
+from gateway._host import build as _build
 
 
 def test_the_hot_path_is_one_build_not_a_mix() -> None:
@@ -19,7 +19,7 @@ def test_every_listed_module_exists_and_setup_reads_the_list() -> None:
     root = Path(__file__).resolve().parents[2]
     for path in _build.HOT_PATH:
         assert (root / path).is_file(), path
-    assert "gateway/_build.py" in (root / "setup.py").read_text()
+    assert "gateway/_host/build.py" in (root / "setup.py").read_text()
 
 
 def test_an_edited_source_makes_its_compiled_module_stale(

@@ -1,4 +1,4 @@
-"""The cache key of a call (gateway._cached): every member a call sends is in it, but a
+"""The cache key of a call (gateway._invoke.cached): every member a call sends is in it, but a
 short documented list that cannot change the answer."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway._api import INVOKE, NOT_IN_CACHE_KEY, Operation, operation_table
-from gateway._cached import CachedCalls, KeyLayout
+from gateway._invoke.api import INVOKE, NOT_IN_CACHE_KEY, Operation, operation_table
+from gateway._invoke.cached import CachedCalls, KeyLayout
 from gateway.cache import CacheConfig, PredictionCache
 
 # Header-ish values, with the characters a naive join or prefix could confuse.

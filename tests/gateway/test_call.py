@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from gateway import Gateway, InvokeResult, errors
-from gateway._call import (
+from gateway._invoke.call import (
     _HEDGE_WON,
     _HEDGE_WON_SAME_TARGET,
     _PRIMARY_WON,
@@ -24,7 +24,7 @@ from gateway._call import (
     cancelled_outcome,
     outcome_of,
 )
-from gateway._events import HEDGE, LOST, PRIMARY
+from gateway._observe.events import HEDGE, LOST, PRIMARY
 from gateway.routing import Outcome
 from tests.gateway._scripted import Held, ScriptedTransport
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway._config_env import apply_environment, explain
+from gateway._config.env import apply_environment, explain
 from gateway.errors import ConfigError
 from gateway.sidecar import SidecarConfig
 from gateway.sidecar._sidecar import _command_config, _parser

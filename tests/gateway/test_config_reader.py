@@ -190,7 +190,7 @@ def test_rtb_policy_is_the_filters_own_class() -> None:
 
 
 def test_the_reader_imports_nothing_of_gateway_but_its_errors() -> None:
-    path = ROOT / "gateway" / "_config_reader.py"
+    path = ROOT / "gateway" / "_config" / "reader.py"
     tree = parse_file(path)
     imported = {
         alias.name
@@ -220,7 +220,7 @@ def test_the_reader_imports_nothing_of_gateway_but_its_errors() -> None:
     ids=["route", "rtb", "cache"],
 )
 def test_to_table_is_read_back_into_the_same_section(section: Any) -> None:
-    from gateway._config_reader import read, to_table
+    from gateway._config.reader import read, to_table
 
     table = to_table(section, keyed=True)
     assert None not in table.values() and "name" not in table

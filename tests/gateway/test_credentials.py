@@ -13,8 +13,8 @@ import pytest
 
 from gateway import Gateway, errors
 from gateway._aws.sigv4 import Credentials
-from gateway._config import GatewayConfig
-from gateway._credentials import CredentialSource
+from gateway._config.options import GatewayConfig
+from gateway._invoke.credentials import CredentialSource
 from gateway.emulator import Emulator
 from tests.gateway.conftest import (
     ACCESS_KEY,
@@ -438,7 +438,7 @@ def container_fetcher(url: str) -> Callable[[], Credentials]:
 
     from botocore.credentials import ContainerProvider
 
-    from gateway._credentials import botocore_fetcher
+    from gateway._invoke.credentials import botocore_fetcher
 
     def credentials() -> object:
         return ContainerProvider({"AWS_CONTAINER_CREDENTIALS_FULL_URI": url}).load()

@@ -13,7 +13,6 @@ import httpx
 import pytest
 
 from gateway import errors
-from gateway._api import MAX_RETRY_AFTER_S, decode_runtime_error, error_origin, retry_after
 from gateway._aws.eventstream import (
     EventStreamDecoder,
     internal_stream_failure,
@@ -21,7 +20,8 @@ from gateway._aws.eventstream import (
 )
 from gateway._aws.models import GATEWAY_RUNTIME, INFERENCE_ROUTER_RUNTIME, service_model
 from gateway._http.message import RawResponse
-from gateway._streaming import payload_or_raise
+from gateway._invoke.api import MAX_RETRY_AFTER_S, decode_runtime_error, error_origin, retry_after
+from gateway._invoke.streaming import payload_or_raise
 from gateway.emulator import Emulator, EmulatorConfig
 
 TOKEN = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJzM2NyZXQifQ.c2lnbmF0dXJl"

@@ -28,8 +28,8 @@ from typing import Any
 import botocore.session
 import pytest
 
-from gateway._api import operation_table
 from gateway._aws.models import MEMBER_SINCE
+from gateway._invoke.api import operation_table
 from tests._sagemaker_members import MEMBER_VALUES
 
 ROOT = Path(__file__).resolve().parents[2]

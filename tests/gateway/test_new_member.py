@@ -21,8 +21,8 @@ import asyncio, json, uuid
 import boto3
 from botocore.config import Config
 from gateway import Gateway, compat
-from gateway._api import INVOKE
-from gateway._cached import CachedCalls, KeyLayout
+from gateway._invoke.api import INVOKE
+from gateway._invoke.cached import CachedCalls, KeyLayout
 from gateway.cache import CacheConfig, PredictionCache
 from gateway.emulator import Emulator, EmulatorConfig
 from gateway.sidecar import Sidecar

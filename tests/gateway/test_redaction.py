@@ -14,8 +14,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gateway import Gateway, errors
-from gateway._api import OTHER, decode_error, safe_code, safe_request_id
-from gateway._events import CallFinished, Event
+from gateway._invoke.api import OTHER, decode_error, safe_code, safe_request_id
+from gateway._observe.events import CallFinished, Event
 from tests._echoing_upstream import (
     ERROR_FIELDS,
     OK_FIELDS,

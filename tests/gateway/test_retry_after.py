@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gateway import Gateway, errors
-from gateway._events import Event, RetryScheduled
+from gateway._observe.events import Event, RetryScheduled
 from gateway.emulator import Emulator, EmulatorConfig
 from tests.gateway.conftest import ACCESS_KEY, SECRET_KEY
 

@@ -18,11 +18,11 @@ import botocore.loaders
 import pytest
 
 from gateway import Gateway, errors
-from gateway._api import operation_table
 from gateway._aws.models import GATEWAY_RUNTIME, INFERENCE_ROUTER_RUNTIME
-from gateway._config import GatewayConfig
-from gateway._events import AttemptFinished, CallFinished, CallStarted
-from gateway._target_plans import TargetPlanner
+from gateway._config.options import GatewayConfig
+from gateway._invoke.api import operation_table
+from gateway._invoke.target_plans import TargetPlanner
+from gateway._observe.events import AttemptFinished, CallFinished, CallStarted
 from gateway.emulator import Emulator, EmulatorConfig
 from gateway.emulator._runtime_config import GATEWAY_OWN_ERROR_CODES, ROUTER_ERROR_CODES
 from tests._source import parse_file

@@ -17,7 +17,6 @@ from botocore.credentials import Credentials as BotoCredentials
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway._api import check_header_value
 from gateway._aws.sigv4 import (
     Credentials,
     SigV4Signer,
@@ -25,6 +24,7 @@ from gateway._aws.sigv4 import (
     parse_authorization,
     payload_sha256,
 )
+from gateway._invoke.api import check_header_value
 
 SAGEMAKER_HEADERS = (
     "x-amzn-sagemaker-custom-attributes",

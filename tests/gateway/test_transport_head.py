@@ -13,9 +13,9 @@ import time
 import pytest
 
 from gateway import errors
-from gateway._api import InvokeResult, result_from_response, safe_request_id
 from gateway._http.connection import MAX_HEAD_BYTES, MAX_HEADERS
 from gateway._http.message import RawResponse, split_head
+from gateway._invoke.api import InvokeResult, result_from_response, safe_request_id
 from tests.gateway.conftest import StubRequest, StubServer, TransportFactory, prepared, settle
 
 

@@ -1,4 +1,4 @@
-"""The SageMaker vocabulary (gateway._api) comes from botocore's model, and every member
+"""The SageMaker vocabulary (gateway._invoke.api) comes from botocore's model, and every member
 of it is supported by Gateway, the sidecar and the emulator; bad input is refused with a
 ``gateway.errors`` type before anything is sent."""
 
@@ -15,7 +15,11 @@ import botocore.session
 import pytest
 
 from gateway import Gateway, InvokeResult, InvokeStream, errors
-from gateway._api import (
+from gateway._aws.models import MEMBER_SINCE
+from gateway._aws.sigv4 import Credentials, SigV4Signer
+from gateway._http.message import Origin
+from gateway._http.request import RequestSigner
+from gateway._invoke.api import (
     INVOKE,
     INVOKE_ASYNC,
     INVOKE_STREAM,
@@ -25,10 +29,6 @@ from gateway._api import (
     request_for,
     sagemaker_headers,
 )
-from gateway._aws.models import MEMBER_SINCE
-from gateway._aws.sigv4 import Credentials, SigV4Signer
-from gateway._http.message import Origin
-from gateway._http.request import RequestSigner
 from gateway.emulator import Emulator
 from gateway.emulator._service import CLOSE_SESSION
 from gateway.sidecar import SidecarConfig
@@ -315,7 +315,7 @@ async def test_a_session_closes_with_closed_session_id(
 _OLD_MODEL_SCRIPT = """
 import asyncio
 from gateway import Gateway, errors
-from gateway._api import INVOKE_ASYNC
+from gateway._invoke.api import INVOKE_ASYNC
 from gateway.emulator import Emulator, EmulatorConfig
 
 assert "Body" not in INVOKE_ASYNC.by_name, "the older model was not loaded"

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway import MAX_PAYLOAD_BYTES, errors
-from gateway._api import check_endpoint_name, check_header_value, check_payload, decode_error
 from gateway._http.message import Origin, RawResponse, encode_head
+from gateway._invoke.api import check_endpoint_name, check_header_value, check_payload, decode_error
 from gateway.emulator import Emulator
 from tests._faultproxy import FaultProxy
 from tests.gateway.conftest import TRANSPORTS, gateway_for

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from gateway._aws.sigv4 import Credentials
-from gateway._credentials import CredentialSource
+from gateway._invoke.credentials import CredentialSource
 from gateway.emulator import Emulator, EmulatorConfig
 from tests.gateway.conftest import ACCESS_KEY, SECRET_KEY, TRANSPORTS, gateway_for
 from tests.reliability.conftest import bounded, no_client_tasks, socket_fds, sockets_back_to

@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway import errors
-from gateway._api import decode_error
 from gateway._aws.eventstream import EventStreamDecoder, EventStreamError
-from gateway._config import GatewayConfig
+from gateway._config.options import GatewayConfig
 from gateway._http.message import RawResponse
+from gateway._invoke.api import decode_error
 from gateway.cache import CacheConfig
 from gateway.emulator import EmulatorConfig
 from gateway.routing import parse_routes

@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway import Gateway, compat, errors
-from gateway._config import GatewayConfig
+from gateway._config.options import GatewayConfig
 from gateway.cache import CacheConfig
 from gateway.cache._redis_target import redis_target
 from gateway.emulator import Emulator, EmulatorConfig

@@ -7,8 +7,8 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway._config_env import apply_environment
-from gateway._config_reader import read
+from gateway._config.env import apply_environment
+from gateway._config.reader import read
 from gateway.errors import ConfigError
 from gateway.rtb import (
     RULE_PATHS,

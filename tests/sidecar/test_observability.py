@@ -26,8 +26,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 import gateway
-from gateway._build import build_kind
-from gateway._metrics import LATENCY_BUCKETS_S, UNCONFIGURED
+from gateway._host.build import build_kind
+from gateway._observe.metrics import LATENCY_BUCKETS_S, UNCONFIGURED
 from gateway._server.http import Server
 from gateway.emulator import Emulator, EmulatorConfig
 from gateway.errors import ConfigError

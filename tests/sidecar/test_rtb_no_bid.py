@@ -9,7 +9,7 @@ import httpx
 import orjson
 import pytest
 
-from gateway._config_env import apply_environment
+from gateway._config.env import apply_environment
 from gateway._server.http import Server
 from gateway.emulator import Emulator, EmulatorConfig
 from gateway.errors import ConfigError

@@ -27,8 +27,8 @@ from botocore.config import Config
 from botocore.exceptions import ClientError, EventStreamError
 
 from gateway import Gateway, compat, errors
-from gateway._api import error_origin, operation_table
 from gateway._aws.models import GATEWAY_RUNTIME, INFERENCE_ROUTER_RUNTIME
+from gateway._invoke.api import error_origin, operation_table
 from gateway.emulator import Emulator, EmulatorConfig
 from gateway.emulator._runtime_config import GATEWAY_OWN_ERROR_CODES, ROUTER_ERROR_CODES
 from gateway.sidecar import Sidecar

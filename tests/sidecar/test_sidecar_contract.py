@@ -16,7 +16,7 @@ import botocore.session
 import pytest
 
 from gateway import Gateway, errors
-from gateway._api import operations
+from gateway._invoke.api import operations
 from gateway.emulator import Emulator
 from gateway.sidecar import Sidecar
 from tests._boto import ClientFactory

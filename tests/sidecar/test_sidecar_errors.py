@@ -10,7 +10,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from gateway import Gateway, errors
-from gateway._api import InvokeResult
+from gateway._invoke.api import InvokeResult
 from gateway.emulator import Emulator
 from gateway.sidecar import Sidecar, SidecarConfig
 from tests.sidecar.conftest import ClientFactory, make_gateway

@@ -90,7 +90,7 @@ async def test_sigterm_drains_then_stops(emulator: Emulator) -> None:
 
 async def test_readyz_is_not_ready_while_credentials_are_expired(sidecar: Sidecar) -> None:
     from gateway._aws.sigv4 import Credentials
-    from gateway._credentials import CredentialSource
+    from gateway._invoke.credentials import CredentialSource
 
     gateway = sidecar.gateway
     live = gateway._credentials

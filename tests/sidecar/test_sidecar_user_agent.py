@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from gateway import Gateway
+from gateway._host.version import __version__
 from gateway._server.http import Request, Response, Server, start_server
-from gateway._version import __version__
 from gateway.errors import GatewayError
 from gateway.sidecar import Sidecar
 

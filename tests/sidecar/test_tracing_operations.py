@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from gateway._aws.models import SAGEMAKER_RUNTIME, service_model
-from gateway._tracing import SERVICE_IDS
+from gateway._observe.tracing import SERVICE_IDS
 from gateway.emulator import Emulator, EmulatorConfig
 from gateway.sidecar import Sidecar
 from tests.sidecar.conftest import make_gateway

@@ -46,7 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway._config_reader import SECRET_KEYS
+from gateway._config.reader import SECRET_KEYS
 from gateway.errors import ConfigError
 
 __all__ = [

@@ -1,4 +1,4 @@
-# Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py); an editable install runs it
+# Compiled with mypyc in wheels (HOT_PATH in gateway/_host/build.py); an editable install runs it
 # as plain Python. Keep it compilable: no async generators, re-check attributes narrowed
 # before an await. A compiled install needs a rebuild after edits.
 """SageMaker Runtime's endpoint operations, as ``Gateway``'s public methods delegate them.
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 from gateway import errors
-from gateway._api import (
+from gateway._invoke.api import (
     INVOKE,
     INVOKE_ASYNC,
     INVOKE_STREAM,
@@ -34,17 +34,17 @@ from gateway._api import (
     safe_request_id,
     secrets_in,
 )
-from gateway._cached import KeyFields, KeyLayout
-from gateway._call import call_failed, emit_cached_call, observed_call, prepared
-from gateway._events import (
+from gateway._invoke.cached import KeyFields, KeyLayout
+from gateway._invoke.call import call_failed, emit_cached_call, observed_call, prepared
+from gateway._invoke.streaming import InvokeStream, OpenedStream
+from gateway._invoke.target_plans import TargetPlan
+from gateway._observe.events import (
     INVOKE_ENDPOINT_ASYNC,
     INVOKE_ENDPOINT_STREAM,
     CallFinished,
     CallStarted,
     Emit,
 )
-from gateway._streaming import InvokeStream, OpenedStream
-from gateway._target_plans import TargetPlan
 from gateway.routing import Route, TargetState
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-# Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py); an editable install runs it
+# Compiled with mypyc in wheels (HOT_PATH in gateway/_host/build.py); an editable install runs it
 # as plain Python. Keep it compilable: no async generators, no monkeypatching of its classes,
 # re-check attributes narrowed before an await. A compiled install needs a rebuild after edits.
 """What ``Gateway`` does around the prediction cache.
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from gateway import errors
-from gateway._api import InvokeResult, Operation
+from gateway._invoke.api import InvokeResult, Operation
 from gateway.cache import CacheSource, Entry, PredictionCache
 
 __all__ = ["CachedCalls", "KeyFields", "KeyLayout"]

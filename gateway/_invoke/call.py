@@ -1,4 +1,4 @@
-# Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py); an editable install runs it
+# Compiled with mypyc in wheels (HOT_PATH in gateway/_host/build.py); an editable install runs it
 # as plain Python. Keep it compilable: no async generators, no monkeypatching of its classes,
 # re-check attributes narrowed before an await. A compiled install needs a rebuild after edits.
 """One call's journey: route, attempt, hedge, retry, record, all under one deadline.
@@ -52,7 +52,10 @@ from typing import Final
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
 from gateway import errors
-from gateway._api import (
+from gateway._http.interfaces import StreamingResponse, Transport
+from gateway._http.message import RawResponse
+from gateway._http.request import PreparedRequest
+from gateway._invoke.api import (
     INVOKE,
     InvokeResult,
     Operation,
@@ -65,7 +68,8 @@ from gateway._api import (
     secrets_in_headers,
     secrets_of,
 )
-from gateway._events import (
+from gateway._invoke.target_plans import TargetPlan, TargetPlanner, router_takes
+from gateway._observe.events import (
     CANCELLED,
     FAILED,
     HEDGE,
@@ -84,10 +88,6 @@ from gateway._events import (
     RetryScheduled,
     routing_labels,
 )
-from gateway._http.interfaces import StreamingResponse, Transport
-from gateway._http.message import RawResponse
-from gateway._http.request import PreparedRequest
-from gateway._target_plans import TargetPlan, TargetPlanner, router_takes
 from gateway.routing import Outcome, Route, TargetState
 
 __all__ = [

@@ -1,4 +1,4 @@
-# Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py); an editable install runs it
+# Compiled with mypyc in wheels (HOT_PATH in gateway/_host/build.py); an editable install runs it
 # as plain Python. Keep it compilable: no async generators, no monkeypatching of its classes,
 # re-check attributes narrowed before an await. A compiled install needs a rebuild after edits.
 """Target planning: where each target's requests go and who signs them.
@@ -15,7 +15,12 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from gateway import errors
-from gateway._api import (
+from gateway._aws.models import service_model
+from gateway._aws.sigv4 import SigV4Signer
+from gateway._config.options import GatewayConfig
+from gateway._http.message import Origin, user_agent
+from gateway._http.request import RequestSigner
+from gateway._invoke.api import (
     SERVICE_NAME,
     Operation,
     check_endpoint_name,
@@ -24,12 +29,7 @@ from gateway._api import (
     check_router_name,
     operation_table,
 )
-from gateway._aws.models import service_model
-from gateway._aws.sigv4 import SigV4Signer
-from gateway._config import GatewayConfig
-from gateway._credentials import CredentialSource, botocore_fetcher
-from gateway._http.message import Origin, user_agent
-from gateway._http.request import RequestSigner
+from gateway._invoke.credentials import CredentialSource, botocore_fetcher
 from gateway.routing import Route, TargetState
 from gateway.routing._config import parse_routes
 

@@ -1,4 +1,4 @@
-# Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py); an editable install runs it
+# Compiled with mypyc in wheels (HOT_PATH in gateway/_host/build.py); an editable install runs it
 # as plain Python. Keep it compilable: no async generators, no monkeypatching of its classes,
 # re-check attributes narrowed before an await. A compiled install needs a rebuild after edits.
 """Credentials that never make a call wait, unless they are about to be useless.
@@ -32,7 +32,7 @@ from typing import Any
 
 from gateway import errors
 from gateway._aws.sigv4 import Credentials
-from gateway._events import CredentialsRefreshed, CredentialsRefreshFailed, Emit
+from gateway._observe.events import CredentialsRefreshed, CredentialsRefreshFailed, Emit
 
 __all__ = ["CredentialSource", "botocore_fetcher"]
 

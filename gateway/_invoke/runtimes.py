@@ -23,7 +23,11 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final
 
 from gateway import errors
-from gateway._api import (
+from gateway._aws.models import GATEWAY_RUNTIME, INFERENCE_ROUTER_RUNTIME, service_model
+from gateway._config.assembly import defaults_template
+from gateway._config.options import GatewayConfig
+from gateway._http.message import RawResponse
+from gateway._invoke.api import (
     SENSITIVE,
     AsyncInvocation,
     InvokeResult,
@@ -41,15 +45,11 @@ from gateway._api import (
     secrets_in,
     secrets_named,
 )
-from gateway._aws.models import GATEWAY_RUNTIME, INFERENCE_ROUTER_RUNTIME, service_model
-from gateway._call import Invoker, code_of, prepared
-from gateway._config import GatewayConfig
-from gateway._events import CallFinished, CallStarted, Emit, routing_labels
-from gateway._gateway_config import defaults_template
-from gateway._http.message import RawResponse
-from gateway._operations import check_timeout
-from gateway._streaming import InvokeStream, OpenedStream, payload_parts
-from gateway._target_plans import TargetPlan, TargetPlanner
+from gateway._invoke.call import Invoker, code_of, prepared
+from gateway._invoke.operations import check_timeout
+from gateway._invoke.streaming import InvokeStream, OpenedStream, payload_parts
+from gateway._invoke.target_plans import TargetPlan, TargetPlanner
+from gateway._observe.events import CallFinished, CallStarted, Emit, routing_labels
 from gateway.routing import Route, RouteConfig, Router
 from gateway.routing._config import parse_routes
 

@@ -35,7 +35,13 @@ from contextlib import contextmanager
 from typing import Any, Final
 
 from gateway._aws.models import GATEWAY_RUNTIME, INFERENCE_ROUTER_RUNTIME, SAGEMAKER_RUNTIME
-from gateway._events import (
+from gateway._invoke.runtimes import (
+    INVOKE_GLOBAL_GATEWAY,
+    INVOKE_GLOBAL_GATEWAY_STREAM,
+    INVOKE_ROUTER,
+    INVOKE_ROUTER_ASYNC,
+)
+from gateway._observe.events import (
     AttemptFinished,
     CacheLookup,
     CallFinished,
@@ -43,12 +49,6 @@ from gateway._events import (
     Event,
     HedgeFired,
     RetryScheduled,
-)
-from gateway._runtimes import (
-    INVOKE_GLOBAL_GATEWAY,
-    INVOKE_GLOBAL_GATEWAY_STREAM,
-    INVOKE_ROUTER,
-    INVOKE_ROUTER_ASYNC,
 )
 
 __all__ = [
@@ -96,7 +96,7 @@ def gateway_tracer() -> Any | None:
     provider = trace.get_tracer_provider()
     if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
         return None
-    from gateway._version import __version__
+    from gateway._host.version import __version__
 
     return provider.get_tracer(_INSTRUMENTATION, __version__)
 

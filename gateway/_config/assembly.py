@@ -3,7 +3,7 @@
 Runs once per Gateway, never per call: the keywords into a ``GatewayConfig``,
 the ``[routes]`` and ``[defaults]`` sections into route configs, the
 ``[cache]`` section into a prediction cache, and the transport with its TLS
-trust (``gateway._ca_bundle``).
+trust (``gateway._host.ca_bundle``).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any, cast
 
 from gateway import errors
 from gateway._aws.sigv4 import Credentials
-from gateway._ca_bundle import botocore_ca_bundle, ssl_context
-from gateway._config import GatewayConfig, PoolConfig
-from gateway._config_reader import read
+from gateway._config.options import GatewayConfig, PoolConfig
+from gateway._config.reader import read
+from gateway._host.ca_bundle import botocore_ca_bundle, ssl_context
 from gateway._http.httpx_transport import HttpxTransport
 from gateway._http.interfaces import Transport
 from gateway._http.native import NativeTransport

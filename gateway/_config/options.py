@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gateway._aws.sigv4 import Credentials
-from gateway._config_reader import fail, http_url, load_toml, read, section, setting
+from gateway._config.reader import fail, http_url, load_toml, read, section, setting
 from gateway._http.options import PoolConfig
 from gateway.errors import ConfigError
 
@@ -23,7 +23,7 @@ _DELEGATED_SECTIONS = (
     "cache",
     "sidecar",
     "rtb",
-    # Global Inference Gateway routes: a model name over gateways (gateway._runtimes).
+    # Global Inference Gateway routes: a model name over gateways (gateway._invoke.runtimes).
     "global_gateway_routes",
 )
 # AWS region names, as botocore validates them.

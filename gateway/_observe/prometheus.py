@@ -11,7 +11,7 @@ import functools
 from collections.abc import Iterator
 from typing import Any
 
-from gateway._metrics import GatewayMetrics
+from gateway._observe.metrics import GatewayMetrics
 from gateway.cache import PredictionCache
 from gateway.routing import Router
 

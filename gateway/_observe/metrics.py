@@ -1,9 +1,9 @@
-# Compiled with mypyc in wheels (HOT_PATH in gateway/_build.py); an editable install runs it
+# Compiled with mypyc in wheels (HOT_PATH in gateway/_host/build.py); an editable install runs it
 # as plain Python. Keep it compilable: no async generators, no monkeypatching of its classes,
 # re-check attributes narrowed before an await. A compiled install needs a rebuild after edits.
 """Prometheus metrics as a hook on the instrumentation stream.
 
-``GatewayMetrics`` is an event hook (see ``gateway._events``): each event is a
+``GatewayMetrics`` is an event hook (see ``gateway._observe.events``): each event is a
 few integer increments and at most one ``bisect``; the exposition is built
 only when something scrapes it, by a ``prometheus_client`` collector (no
 ``Counter.labels()`` lookup per call). Route and target labels are the
@@ -32,7 +32,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
-from gateway._events import (
+from gateway._observe.events import (
     CANCELLED,
     FAILED,
     HEDGE,
@@ -396,8 +396,8 @@ def build_info_family() -> Any:
     """``sagemaker_gateway_build_info{version,build} 1``."""
     from prometheus_client.core import GaugeMetricFamily
 
-    from gateway._build import build_kind
-    from gateway._version import __version__
+    from gateway._host.build import build_kind
+    from gateway._host.version import __version__
 
     family = GaugeMetricFamily(
         "sagemaker_gateway_build_info",

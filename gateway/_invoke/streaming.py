@@ -11,10 +11,10 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequen
 import orjson
 
 from gateway import errors
-from gateway._api import decode_error, error_origin, redact, safe_code, safe_request_id
 from gateway._aws.eventstream import EventStreamDecoder, EventStreamError, Message
 from gateway._http.interfaces import MAX_ERROR_BODY_BYTES, StreamingResponse
 from gateway._http.message import RawResponse
+from gateway._invoke.api import decode_error, error_origin, redact, safe_code, safe_request_id
 
 __all__ = ["InvokeStream", "OpenedStream", "error_body_prefix", "payload_parts"]
 

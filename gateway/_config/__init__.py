@@ -1,0 +1,1 @@
+"""Configuration: the TOML reader, the options, the environment, and their assembly at start."""

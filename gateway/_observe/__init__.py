@@ -1,0 +1,1 @@
+"""What the library tells about its calls: events, metrics, Prometheus, traces."""
