@@ -541,8 +541,10 @@ class SageMakerRuntimeClient(_Client):
     async def _invoke_endpoint(self, params: dict[str, Any]) -> dict[str, Any]:
         call = _parse(_INVOKE, params)
         try:
-            result = await self._gateway.invoke_members(
-                call.endpoint, call.body, call.members, call.timeout
+            result = await _answer(
+                self._gateway.call(
+                    _INVOKE.operation, call.endpoint, call.body, call.members, timeout=call.timeout
+                )
             )
         except errors.GatewayError as exc:
             raise self._translate(exc, _INVOKE, call.endpoint) from exc
@@ -557,7 +559,11 @@ class SageMakerRuntimeClient(_Client):
     async def _invoke_stream(self, params: dict[str, Any]) -> dict[str, Any]:
         call = _parse(_STREAM, params)
         endpoint = call.endpoint
-        parts = self._gateway.invoke_stream_members(endpoint, call.body, call.members, call.timeout)
+        parts = await _answer(
+            self._gateway.call(
+                _STREAM.operation, endpoint, call.body, call.members, timeout=call.timeout
+            )
+        )
         # The gateway sends on the first step of its generator: taken here.
         response: dict[str, Any] = {"Body": await self._open_stream(_STREAM, endpoint, parts)}
         # Header-bound members, as botocore includes them: only when sent.
@@ -583,8 +589,14 @@ class SageMakerRuntimeClient(_Client):
     async def _invoke_async(self, params: dict[str, Any]) -> dict[str, Any]:
         call = _parse(_ASYNC, params)
         try:
-            result = await self._gateway.invoke_async_members(
-                call.endpoint, call.inline_body, call.members, call.timeout
+            result = await _answer(
+                self._gateway.call(
+                    _ASYNC.operation,
+                    call.endpoint,
+                    call.inline_body,
+                    call.members,
+                    timeout=call.timeout,
+                )
             )
         except errors.GatewayError as exc:
             raise self._translate(exc, _ASYNC, call.endpoint) from exc
@@ -1133,8 +1145,10 @@ class InferenceRouterRuntimeClient(_RuntimeClient):
         """InvokeInferenceRouter: ``response["Body"]``, the routed resource ARN and reason."""
         operation = self._operation("InvokeInferenceRouter")
         call = _parse(operation, params)
-        answer = self._gateway.invoke_router_members(
-            call.endpoint, call.body, call.members, call.timeout
+        answer = _answer(
+            self._gateway.call(
+                operation.operation, call.endpoint, call.body, call.members, timeout=call.timeout
+            )
         )
         result = await self._call(operation, call.endpoint, answer)
         return _invoke_response(result, _ROUTER_RESULT_FIELDS)
@@ -1143,8 +1157,10 @@ class InferenceRouterRuntimeClient(_RuntimeClient):
         """InvokeInferenceRouterAsync (the input is already in S3 at ``InputLocation``)."""
         operation = self._operation("InvokeInferenceRouterAsync")
         call = _parse(operation, params)
-        answer = self._gateway.invoke_router_async_members(
-            call.endpoint, call.members, call.timeout
+        answer = _answer(
+            self._gateway.call(
+                operation.operation, call.endpoint, None, call.members, timeout=call.timeout
+            )
         )
         return _async_response(await self._call(operation, call.endpoint, answer), 1)
 
@@ -1158,8 +1174,10 @@ class GatewayRuntimeClient(_RuntimeClient):
         """InvokeGlobalInferenceGateway: ``response["Body"]`` is the completion's JSON."""
         operation = self._operation("InvokeGlobalInferenceGateway")
         call = _parse(operation, params)
-        answer = self._gateway.invoke_global_gateway_members(
-            call.endpoint, call.body, call.members, call.timeout
+        answer = _answer(
+            self._gateway.call(
+                operation.operation, call.endpoint, call.body, call.members, timeout=call.timeout
+            )
         )
         return _invoke_response(await self._call(operation, call.endpoint, answer), ())
 
@@ -1170,8 +1188,10 @@ class GatewayRuntimeClient(_RuntimeClient):
         operation = self._operation("InvokeGlobalInferenceGatewayWithResponseStream")
         call = _parse(operation, params)
         name = call.endpoint
-        parts = self._gateway.invoke_global_gateway_stream_members(
-            name, call.body, call.members, call.timeout
+        parts = await _answer(
+            self._gateway.call(
+                operation.operation, name, call.body, call.members, timeout=call.timeout
+            )
         )
         stream = await self._open_stream(operation, name, parts)
         headers = dict(parts.response_headers)
@@ -1185,3 +1205,8 @@ RUNTIME_SERVICES: Final[dict[str, type[_RuntimeClient]]] = {
     INFERENCE_ROUTER_RUNTIME: InferenceRouterRuntimeClient,
     GATEWAY_RUNTIME: GatewayRuntimeClient,
 }
+
+
+def _answer(call: Awaitable[object]) -> Awaitable[Any]:
+    """``Gateway.call``'s answer, in the shape its operation gives (the caller knows which)."""
+    return call

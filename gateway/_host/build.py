@@ -18,7 +18,9 @@ __all__ = ["HOT_PATH", "build_kind", "compiled_modules", "stale_modules"]
 # The modules every Gateway.invoke (or sidecar request) runs through, as setup.py paths.
 HOT_PATH = (
     "gateway/_client.py",
-    "gateway/_invoke/operations.py",
+    "gateway/_invoke/context.py",
+    "gateway/_invoke/pipeline.py",
+    "gateway/_invoke/typed.py",
     "gateway/_invoke/cached.py",
     "gateway/_invoke/credentials.py",
     "gateway/_observe/metrics.py",

@@ -295,6 +295,12 @@ def operations() -> Mapping[str, Operation]:
 INVOKE = operations()["InvokeEndpoint"]
 INVOKE_STREAM = operations()["InvokeEndpointWithResponseStream"]
 INVOKE_ASYNC = operations()["InvokeEndpointAsync"]
+# The newer runtimes' operations, by name: the installed botocore may lack their models
+# (a call then names the release it needs).
+INVOKE_ROUTER: Final = "InvokeInferenceRouter"
+INVOKE_ROUTER_ASYNC: Final = "InvokeInferenceRouterAsync"
+INVOKE_GLOBAL_GATEWAY: Final = "InvokeGlobalInferenceGateway"
+INVOKE_GLOBAL_GATEWAY_STREAM: Final = "InvokeGlobalInferenceGatewayWithResponseStream"
 # InvokeEndpointAsync's inline Body joined botocore's model in 1.43.29; older models (awscli v1
 # pins one) lack it, and the service still takes up to 128,000 bytes inline.
 _ASYNC_BODY = INVOKE_ASYNC.by_name.get("Body")
@@ -492,6 +498,37 @@ def payload_bytes(body: Buffer, limit: int = MAX_PAYLOAD_BYTES, operation: str =
         where = f"{operation}'s limit" if operation else "SageMaker's limit"
         raise errors.BodyTooLarge(f"Body: {len(payload)} bytes exceeds {where} of {limit}")
     return payload
+
+
+# The shapes of an operation's answer (see answer_of).
+BODY: Final = "body"
+STREAM: Final = "stream"
+QUEUED: Final = "queued"
+
+
+_ANSWERS: Final[dict[str, str]] = {}
+
+
+def answer_of(operation: Operation) -> str:
+    """What a call of ``operation`` answers: a body, an event stream, or a queued
+    invocation (no body: the output lands in S3)."""
+    answer = _ANSWERS.get(operation.name)
+    if answer is None:
+        body = next((m for m in operation.response if m.name == "Body"), None)
+        answer = QUEUED if body is None else STREAM if body.kind == "structure" else BODY
+        _ANSWERS[operation.name] = answer
+    return answer
+
+
+def body_limit(operation: Operation) -> int:
+    """The largest body the operation takes: its model's, else SageMaker's documented one."""
+    body = operation.by_name.get("Body")
+    limit = body.max_length if body is not None else None
+    if limit:
+        return limit
+    # A model without the member (InvokeEndpointAsync's inline Body before botocore
+    # 1.43.29) still has the service's limit.
+    return MAX_ASYNC_BODY_BYTES if operation.name == "InvokeEndpointAsync" else MAX_PAYLOAD_BYTES
 
 
 def check_payload(body: bytes) -> None:
@@ -983,6 +1020,29 @@ def retry_after(headers: Mapping[str, str]) -> float | None:
 # text fields lose the call's secrets, codes and request ids that are not well-formed
 # (or hold a secret) read ``other``. A success answer's request id is checked the same
 # way wherever it is read (InvokeResult.request_id and the streams' and async calls').
+
+
+# How deep an error's cause chain is searched for a secret (DeadlineExceeded wraps one).
+_MAX_CHAIN = 8
+
+
+def redacted(error: errors.GatewayError, secrets: tuple[str, ...]) -> errors.GatewayError:
+    """``error`` (and the errors it wraps) with every secret's value taken out of its text."""
+    if not secrets:
+        return error
+    current: BaseException | None = error
+    for _ in range(_MAX_CHAIN):
+        if current is None:
+            break
+        current.args = tuple(
+            redact(arg, secrets) if isinstance(arg, str) else arg for arg in current.args
+        )
+        if isinstance(current, errors.ServiceError):
+            current.message = redact(current.message, secrets) or ""
+        if isinstance(current, errors.ModelError):
+            current.original_message = redact(current.original_message, secrets)
+        current = current.__cause__ or current.__context__
+    return error
 
 
 def redact(text: str | None, secrets: Sequence[str]) -> str | None:

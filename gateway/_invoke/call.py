@@ -779,23 +779,24 @@ async def observed_call(
     model: str | None,
     call: Awaitable[InvokeResult],
     cached: bool,
-    routed: bool = False,
-    secret: object = None,
+    routed: bool,
+    members: tuple[object, ...],
+    sensitive: tuple[int, ...],
+    operation: str = INVOKE_ENDPOINT,
 ) -> InvokeResult:
     """One call between CallStarted and CallFinished (only when a hook listens).
 
-    ``routed``: the route has inference router targets, so an answer may carry
-    the router's reason and resource (read only then: it parses the head).
-    ``secret``: the call's CustomAttributes; an answer's request id that holds it
-    reads ``other``.
+    ``routed``: the answer may carry an inference router's reason and resource
+    (read only then: it parses the head). ``sensitive``: the places in the call's
+    ``members`` of its secrets; an answer's request id that holds one reads ``other``.
     """
-    emit(new_event(CallStarted, (route, model, INVOKE_ENDPOINT)))
+    emit(new_event(CallStarted, (route, model, operation)))
     started = time.monotonic()
     try:
         result = await call
     except BaseException as error:
         duration = time.monotonic() - started
-        emit(call_failed(route, model, None, duration, error, INVOKE_ENDPOINT))
+        emit(call_failed(route, model, None, duration, error, operation))
         raise
     if cached:
         emit(CacheLookup(route, result.cache or "miss"))
@@ -804,8 +805,10 @@ async def observed_call(
         reason, resource = routing_labels(result.routing_reason, result.routed_resource_arn)
     # Not read for a lone hook that never reads it (the metrics hook, see Hook).
     request_id = result.request_id if getattr(emit, "reads_request_id", True) else None
-    if secret is not None and request_id:
-        request_id = safe_request_id(request_id, secrets_of((str(secret),)))
+    if request_id:
+        secrets = [str(members[i]) for i in sensitive if members[i] is not None]
+        if secrets:
+            request_id = safe_request_id(request_id, secrets_of(secrets))
     emit(
         new_event(
             CallFinished,
@@ -818,7 +821,7 @@ async def observed_call(
                 result.hedged,
                 result.cache,
                 None,
-                INVOKE_ENDPOINT,
+                operation,
                 request_id,
                 reason,
                 resource,
@@ -835,9 +838,11 @@ def call_failed(
     duration: float,
     error: BaseException,
     operation: str,
+    request_id: str | None = None,
 ) -> CallFinished:
-    """The CallFinished of a call that raised ``error``."""
-    request_id = getattr(error, "request_id", None)
+    """The CallFinished of a call that raised ``error`` (its request id: the error's, else
+    ``request_id``, the answer's, as for a stream failing after its head arrived)."""
+    found = getattr(error, "request_id", None)
     return CallFinished(
         route,
         model,
@@ -848,7 +853,7 @@ def call_failed(
         None,
         code_of(error),
         operation,
-        request_id if isinstance(request_id, str) else None,
+        found if isinstance(found, str) else request_id,
     )
 
 

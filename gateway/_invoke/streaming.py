@@ -14,7 +14,14 @@ from gateway import errors
 from gateway._aws.eventstream import EventStreamDecoder, EventStreamError, Message
 from gateway._http.interfaces import MAX_ERROR_BODY_BYTES, StreamingResponse
 from gateway._http.message import RawResponse
-from gateway._invoke.api import decode_error, error_origin, redact, safe_code, safe_request_id
+from gateway._invoke.api import (
+    decode_error,
+    error_origin,
+    redact,
+    redacted,
+    safe_code,
+    safe_request_id,
+)
 
 __all__ = ["InvokeStream", "OpenedStream", "error_body_prefix", "payload_parts"]
 
@@ -24,12 +31,19 @@ OpenedStream = tuple[StreamingResponse, Finish]
 
 
 class InvokeStream:
-    """The parts of a response stream, and its response headers once they arrived."""
+    """The parts of a response stream, and its response headers once they arrived.
 
-    __slots__ = ("_parts", "response_headers", "target")
+    Iterate it (``async for part in stream``). A failure event mid-stream raises
+    ``InternalStreamFailure`` or ``ModelError`` (``ModelStreamError``); an error
+    answer raises its class, its text free of the call's secrets.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_parts", "response_headers", "secrets", "target")
+
+    def __init__(self, secrets: tuple[str, ...] = ()) -> None:
         self._parts: AsyncGenerator[bytes, None] | None = None
+        # The values of the call's sensitive members: kept out of every error's text.
+        self.secrets = secrets
         # Lower-case names; empty until the response head has arrived.
         self.response_headers: Mapping[str, str] = {}
         self.target: str | None = None
@@ -39,7 +53,11 @@ class InvokeStream:
 
     async def __anext__(self) -> bytes:
         assert self._parts is not None
-        return await self._parts.__anext__()
+        try:
+            return await self._parts.__anext__()
+        except errors.GatewayError as error:
+            redacted(error, self.secrets)
+            raise
 
     async def aclose(self) -> None:
         """Stop early; the connection is closed (it is mid-response)."""

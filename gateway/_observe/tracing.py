@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from typing import Any, Final
 
 from gateway._aws.models import GATEWAY_RUNTIME, INFERENCE_ROUTER_RUNTIME, SAGEMAKER_RUNTIME
-from gateway._invoke.runtimes import (
+from gateway._invoke.api import (
     INVOKE_GLOBAL_GATEWAY,
     INVOKE_GLOBAL_GATEWAY_STREAM,
     INVOKE_ROUTER,

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Final
+from typing import Final, cast
 from urllib.parse import unquote
 
 import orjson
@@ -28,26 +28,25 @@ from prometheus_client import (
 )
 
 from gateway import errors
+from gateway._aws.models import GATEWAY_RUNTIME, INFERENCE_ROUTER_RUNTIME, service_model
 from gateway._client import Gateway
 from gateway._invoke.api import (
     INVOKE,
     INVOKE_ASYNC,
+    INVOKE_GLOBAL_GATEWAY,
+    INVOKE_GLOBAL_GATEWAY_STREAM,
+    INVOKE_ROUTER,
+    INVOKE_ROUTER_ASYNC,
     INVOKE_STREAM,
     RESULT_MEMBERS,
+    AsyncInvocation,
     InvokeResult,
     Operation,
     operation_table,
     safe_request_id,
     secrets_in_headers,
 )
-from gateway._invoke.runtimes import (
-    GATEWAY_RUNTIME,
-    INFERENCE_ROUTER_RUNTIME,
-    INVOKE_GLOBAL_GATEWAY,
-    INVOKE_GLOBAL_GATEWAY_STREAM,
-    INVOKE_ROUTER,
-    INVOKE_ROUTER_ASYNC,
-)
+from gateway._invoke.streaming import InvokeStream
 from gateway._observe.tracing import ServerTracing, gateway_tracer, trace_id_of_traceparent
 from gateway._server.http import Request, Response, StreamingResponse
 from gateway.sidecar._auth import Authenticator, SigV4Rejected
@@ -298,10 +297,18 @@ class SidecarApp:
             if operation == _INVOKE:
                 # Inline, not a method: one coroutine less on every invocation.
                 members, timeout, cache, agent = self._members(request.headers, INVOKE)
-                result = await self._gw.invoke_members(
-                    name, request.body, members, timeout, cache, None, agent
+                result = await self._gw.call(
+                    INVOKE,
+                    name,
+                    request.body,
+                    members,
+                    timeout=timeout,
+                    cache=cache,
+                    user_agent=agent,
                 )
-                response: Response | StreamingResponse = _result_response(result)
+                response: Response | StreamingResponse = _result_response(
+                    cast(InvokeResult, result)
+                )
             elif operation == _STREAM:
                 response = await self._stream(request, name)
             elif operation == _ASYNC:
@@ -416,7 +423,12 @@ class SidecarApp:
 
     async def _stream(self, request: Request, name: str) -> Response | StreamingResponse:
         members, timeout, _, agent = self._members(request.headers, INVOKE_STREAM)
-        parts = self._gw.invoke_stream_members(name, request.body, members, timeout, agent)
+        parts = cast(
+            InvokeStream,
+            await self._gw.call(
+                INVOKE_STREAM, name, request.body, members, timeout=timeout, user_agent=agent
+            ),
+        )
         # Wait for the first part, so that an error before any byte is sent
         # is still an ordinary rest-json error with its real status.
         try:
@@ -431,8 +443,11 @@ class SidecarApp:
 
     async def _async(self, request: Request, name: str) -> Response:
         members, timeout, _, agent = self._members(request.headers, INVOKE_ASYNC)
-        answer = await self._gw.invoke_async_members(
-            name, request.body or None, members, timeout, agent
+        answer = cast(
+            AsyncInvocation,
+            await self._gw.call(
+                INVOKE_ASYNC, name, request.body or None, members, timeout=timeout, user_agent=agent
+            ),
         )
         headers = [_JSON, ("x-amzn-RequestId", answer.request_id or new_request_id())]
         if answer.output_location is not None:
@@ -449,24 +464,17 @@ class SidecarApp:
         service, operation_name = _RUNTIME_OPERATIONS[operation]
         table = operation_table().get((service, operation_name))
         if table is None:
-            # An older botocore: the Gateway's call raises the error naming the release.
-            members: tuple[object, ...] = ()
-            timeout, agent = self._default_timeout, None
-        else:
-            members, timeout, _, agent = self._members(request.headers, table)
-        gw = self._gw
+            service_model(service)  # an older botocore: the error naming the release
+            raise AssertionError(f"{operation_name} is missing from a model botocore has")
+        members, timeout, _, agent = self._members(request.headers, table)
+        body = request.body if table.by_name.get("Body") is not None else None
+        answer = await self._gw.call(table, name, body, members, timeout=timeout, user_agent=agent)
         if operation == _ROUTER:
-            result = await gw.invoke_router_members(name, request.body, members, timeout, agent)
-            return _router_response(result)
+            return _router_response(cast(InvokeResult, answer))
         if operation == _GLOBAL:
-            result = await gw.invoke_global_gateway_members(
-                name, request.body, members, timeout, agent
-            )
-            return _result_response(result)
+            return _result_response(cast(InvokeResult, answer))
         if operation == _GLOBAL_STREAM:
-            parts = gw.invoke_global_gateway_stream_members(
-                name, request.body, members, timeout, agent
-            )
+            parts = cast(InvokeStream, answer)
             try:
                 first: bytes | None = await anext(parts)
             except StopAsyncIteration:
@@ -477,13 +485,13 @@ class SidecarApp:
             request_id = parts.response_headers.get("x-amzn-requestid")
             headers = [_EVENTSTREAM, ("x-amzn-RequestId", request_id or new_request_id())]
             return StreamingResponse(relay(self, parts, first), 200, headers)
-        answer = await gw.invoke_router_async_members(name, members, timeout, agent)
-        async_headers = [_JSON, ("x-amzn-RequestId", answer.request_id or new_request_id())]
-        if answer.output_location is not None:
-            async_headers.append(("X-Amzn-SageMaker-OutputLocation", answer.output_location))
-        if answer.failure_location is not None:
-            async_headers.append(("X-Amzn-SageMaker-FailureLocation", answer.failure_location))
-        answer_body = {"InferenceId": answer.inference_id} if answer.inference_id else {}
+        queued = cast(AsyncInvocation, answer)
+        async_headers = [_JSON, ("x-amzn-RequestId", queued.request_id or new_request_id())]
+        if queued.output_location is not None:
+            async_headers.append(("X-Amzn-SageMaker-OutputLocation", queued.output_location))
+        if queued.failure_location is not None:
+            async_headers.append(("X-Amzn-SageMaker-FailureLocation", queued.failure_location))
+        answer_body = {"InferenceId": queued.inference_id} if queued.inference_id else {}
         return Response(202, async_headers, orjson.dumps(answer_body))
 
     # -- operations endpoints ---------------------------------------------------

@@ -22,15 +22,15 @@ from __future__ import annotations
 
 from typing import Final
 
-from gateway._invoke.api import MAX_PAYLOAD_BYTES, operation_table
-from gateway._invoke.runtimes import (
-    GATEWAY_RUNTIME,
-    INFERENCE_ROUTER_RUNTIME,
+from gateway._aws.models import GATEWAY_RUNTIME, INFERENCE_ROUTER_RUNTIME
+from gateway._invoke.api import (
     INVOKE_GLOBAL_GATEWAY,
     INVOKE_GLOBAL_GATEWAY_STREAM,
     INVOKE_ROUTER,
     INVOKE_ROUTER_ASYNC,
+    MAX_PAYLOAD_BYTES,
     body_limit,
+    operation_table,
 )
 from gateway._server.http import Response
 from gateway.sidecar._errors import payload_too_large

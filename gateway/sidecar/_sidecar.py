@@ -355,7 +355,7 @@ def _credentials_usable(gateway: Gateway) -> bool:
     # The gateway resolves credentials in start() and refuses to start without
     # them; this sees them expire while a refresh hangs or fails (or a gateway
     # that was never started).
-    source = getattr(gateway, "_credentials", None)
+    source = gateway._context.credentials
     return source is not None and bool(source.usable())
 
 

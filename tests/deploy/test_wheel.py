@@ -245,7 +245,6 @@ def test_the_compiled_wheel_keeps_help_and_signatures(plain_install: Path, tmp_p
         "aclose",
         "invoke_async",
         "invoke_router_async",
-        "invoke_router_async_members",
     }
     assert report["class"].startswith("An async SageMaker Runtime client")
     assert report["invoke"].startswith("InvokeEndpoint through the route")

@@ -195,7 +195,10 @@ async def relay_cases(
 
 def cache_keys(spec: dict[str, Any]) -> dict[str, Any]:
     """The cache key's fields of a typed InvokeEndpoint call, and of the extra member."""
-    from gateway._client import _INVOKE_MEMBERS
+    from gateway._invoke.api import MemberOrder
+    from gateway._invoke.typed import _INVOKE_NAMES
+
+    _INVOKE_MEMBERS = MemberOrder(INVOKE, _INVOKE_NAMES)
 
     layout = KeyLayout(INVOKE)
     values = {"TargetModel": "a.tar.gz", "ContentType": "text/csv", "Accept": "application/json"}

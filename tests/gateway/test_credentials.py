@@ -218,7 +218,7 @@ async def test_calls_never_fail_while_credentials_rotate(kind: str, emulator: Em
     await source.start()
     try:
         async with gateway_for(emulator.url, transport=kind) as gateway:
-            gateway._credentials = source  # before the first call binds the signer
+            gateway._context.credentials = source  # before the first call binds the signer
             used = set()
             deadline = time.monotonic() + 1.5
             while time.monotonic() < deadline:
@@ -248,7 +248,7 @@ async def _mandatory_case(emulator: Emulator, call: Callable[[Gateway], object])
     await source.start()
     try:
         async with gateway_for(emulator.url) as gateway:
-            gateway._credentials = source
+            gateway._context.credentials = source
             await call(gateway)  # type: ignore[misc]
     finally:
         await source.aclose()
@@ -458,7 +458,7 @@ async def test_a_hanging_credentials_endpoint_never_holds_a_call_past_its_deadli
         await source.start()
         try:
             async with gateway_for(emulator.url) as gateway:
-                gateway._credentials = source
+                gateway._context.credentials = source
                 for _ in range(3):
                     # botocore gives up on a hanging endpoint after seconds; the
                     # call's own 1 s deadline is what bounds its wait.

@@ -272,12 +272,13 @@ def test_every_header_carries_its_own_value(tmp_path: Path, shape: str) -> None:
 def test_the_typed_methods_name_only_members_of_the_installed_models() -> None:
     """A typo in a typed method's names would leave its value unsent: every name is real,
     in the installed model or one a newer model adds (MEMBER_SINCE, refused by name)."""
-    from gateway import _client
+    from gateway._invoke import typed
+    from gateway._invoke.api import INVOKE, INVOKE_ASYNC, INVOKE_STREAM, MemberOrder
 
     orders = [
-        _client._INVOKE_MEMBERS,
-        _client._INVOKE_STREAM_MEMBERS,
-        _client._INVOKE_ASYNC_MEMBERS,
+        MemberOrder(INVOKE, typed._INVOKE_NAMES),
+        MemberOrder(INVOKE_STREAM, typed._INVOKE_STREAM_NAMES),
+        MemberOrder(INVOKE_ASYNC, typed._INVOKE_ASYNC_NAMES),
     ]
     for order in orders:
         operation = order.operation
@@ -289,13 +290,13 @@ def test_the_typed_methods_name_only_members_of_the_installed_models() -> None:
 
 @pytest.mark.newer_runtimes
 def test_the_typed_runtime_methods_name_only_members_of_their_models() -> None:
-    from gateway import _client
+    from gateway._invoke import typed
 
     table = operation_table()
     router = table[("sagemaker-inference-router-runtime", "InvokeInferenceRouter")]
     router_async = table[("sagemaker-inference-router-runtime", "InvokeInferenceRouterAsync")]
-    assert set(_client._ROUTER_MEMBERS) <= set(router.by_name)
-    assert set(_client._ROUTER_ASYNC_MEMBERS) <= set(router_async.by_name)
+    assert set(typed._ROUTER_NAMES) <= set(router.by_name)
+    assert set(typed._ROUTER_ASYNC_NAMES) <= set(router_async.by_name)
     for name in ("InvokeGlobalInferenceGateway", "InvokeGlobalInferenceGatewayWithResponseStream"):
         gateway_operation = table[("sagemaker-gateway-runtime", name)]
-        assert set(_client._GLOBAL_GATEWAY_MEMBERS) <= set(gateway_operation.by_name)
+        assert set(typed._GLOBAL_GATEWAY_NAMES) <= set(gateway_operation.by_name)

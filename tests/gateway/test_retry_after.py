@@ -132,6 +132,6 @@ async def test_an_upstream_429_of_a_global_gateway_cools_it_down_too(emulator: E
     async with _gateway(emulator, global_gateway_routes=routes) as gw:
         with pytest.raises(errors.Throttling) as caught:
             await gw.invoke_global_gateway("echo", CHAT, timeout=2.0)
-        states = gw._runtimes.runtime("sagemaker-gateway-runtime").router.resolve("echo").targets
+        states = gw._context.lane("sagemaker-gateway-runtime").router.resolve("echo").targets
     assert caught.value.attempts == 2  # one on each gateway, then max_attempts
     assert all(state.cool_until > 0 for state in states)

@@ -105,8 +105,8 @@ def test_every_header_member_is_a_keyword_and_in_signing_order(
     # Read from the source, which a compiled build's methods do not carry.
     (function,) = [
         item
-        for node in ast.walk(parse_file(Path(errors.__file__).with_name("_client.py")))
-        if isinstance(node, ast.ClassDef) and node.name == "Gateway"
+        for node in ast.walk(parse_file(Path(errors.__file__).parent / "_invoke" / "typed.py"))
+        if isinstance(node, ast.ClassDef) and node.name == "TypedOperations"
         for item in node.body
         if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and item.name == method
     ]
@@ -176,7 +176,8 @@ async def test_router_missing_routing_target_is_refused_before_sending(
 ) -> None:
     async with _gateway(emulator) as gw:
         with pytest.raises(errors.InvalidRequest, match="RoutingTargetName"):
-            await gw.invoke_router_members("r1", b"{}", (None,) * 6)
+            router = operation_table()[(INFERENCE_ROUTER_RUNTIME, "InvokeInferenceRouter")]
+            await gw.call(router, "r1", b"{}", (None,) * len(router.headers))
         with pytest.raises(errors.InvalidRequest, match="invalid inference router name"):
             await gw.invoke_router("bad name", b"{}", routing_target="t")
     assert not [r for r in emulator.recorded if r.path.startswith("/inference-routers/")]
@@ -515,7 +516,7 @@ def test_endpoint_url_per_service_from_the_environment(monkeypatch: pytest.Monke
 @pytest.mark.newer_runtimes
 async def test_router_in_another_region_is_signed_for_that_region(emulator: Emulator) -> None:
     async with _gateway(emulator) as gw:
-        planner = gw._runtimes.runtime(INFERENCE_ROUTER_RUNTIME).planner
+        planner = gw._context.lane(INFERENCE_ROUTER_RUNTIME).planner
         await gw.invoke_router("r1", b"{}", routing_target="t")  # resolves the hosts
         origin = planner.target_origin(None, "ap-south-1")
     assert origin.host_header == "inferencerouter-runtime.sagemaker.ap-south-1.amazonaws.com"

@@ -78,9 +78,9 @@ def _parameters(method: str) -> set[str]:
 
     Compiled (mypyc) methods do not keep a signature ``inspect`` can read.
     """
-    source = Path(errors.__file__).with_name("_client.py")
+    source = Path(errors.__file__).parent / "_invoke" / "typed.py"
     for node in ast.walk(parse_file(source)):
-        if isinstance(node, ast.ClassDef) and node.name == "Gateway":
+        if isinstance(node, ast.ClassDef) and node.name == "TypedOperations":
             for item in node.body:
                 if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and item.name == method:
                     arguments = item.args
@@ -112,7 +112,7 @@ def test_every_response_member_surfaces(operation: str) -> None:
 
 def _member_tuples() -> dict[str, list[str]]:
     """Each Gateway method's ``members = (...)`` tuple, as the names it lists."""
-    source = Path(errors.__file__).with_name("_client.py")
+    source = Path(errors.__file__).parent / "_invoke" / "typed.py"
     found: dict[str, list[str]] = {}
     for node in ast.walk(parse_file(source)):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):

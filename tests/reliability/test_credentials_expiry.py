@@ -107,7 +107,7 @@ async def test_keys_expire_and_are_revoked_mid_run_without_failing_a_call(
         async with gateway_for(emulator.url, transport=kind) as gw:
             # Before the first call binds the signer: the gateway waits on it,
             # target plans sign with it.
-            gw._credentials = gw._targets.credentials = source
+            gw._context.credentials = gw._targets.credentials = source
             revoking = asyncio.create_task(revoker())
             callers = [asyncio.create_task(caller(gw, n)) for n in range(8)]
             await asyncio.sleep(3 * LIFETIME_S)

@@ -109,13 +109,6 @@ PARAMS: dict[str, dict[str, Any]] = {
         "CustomerIdentityToken": TOKEN,
     },
 }
-# Gateway's method per operation (the ``*_members`` form takes the model's member tuple).
-DIRECT = {
-    "InvokeInferenceRouter": "invoke_router_members",
-    "InvokeInferenceRouterAsync": "invoke_router_async_members",
-    "InvokeGlobalInferenceGateway": "invoke_global_gateway_members",
-    "InvokeGlobalInferenceGatewayWithResponseStream": "invoke_global_gateway_stream_members",
-}
 # A header-bound output member -> the attribute of Gateway's result that answers it.
 RESULT_ATTRIBUTES = {
     "ContentType": "content_type",
@@ -262,12 +255,11 @@ async def _direct_call(gw: Gateway, service: str, operation: str, params: dict[s
     op = operation_table()[(service, operation)]
     name = params[op.uri_member]
     members = op.values(params)
-    method = getattr(gw, DIRECT[operation])
-    if "Body" not in op.input_shape.members:
-        return await method(name, members)
+    # Gateway.call takes the model's member tuple, for any operation.
+    answer = await gw.call(op, name, params.get("Body"), members)
     if op.response[0].kind == "structure":  # an event stream: the parts
-        return [part async for part in method(name, params["Body"], members)]
-    return await method(name, params["Body"], members)
+        return [part async for part in answer]
+    return answer
 
 
 async def _direct_answer(url: str, service: str, operation: str, params: dict[str, Any]) -> Any:

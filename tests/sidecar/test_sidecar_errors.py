@@ -112,7 +112,7 @@ class _RaisingGateway(Gateway):
 
     error: BaseException = errors.GatewayError("unset")
 
-    async def invoke_members(self, endpoint: str, body: bytes, *args: Any) -> InvokeResult:
+    async def call(self, *args: Any, **kwargs: Any) -> InvokeResult:
         raise self.error
 
 

@@ -93,16 +93,16 @@ async def test_readyz_is_not_ready_while_credentials_are_expired(sidecar: Sideca
     from gateway._invoke.credentials import CredentialSource
 
     gateway = sidecar.gateway
-    live = gateway._credentials
+    live = gateway._context.credentials
     async with httpx.AsyncClient(base_url=sidecar.url) as http:
         assert (await http.get("/readyz")).status_code == 200
         # What a refresh that hangs or fails leaves behind once the expiry passes.
         expired = Credentials("AK", "SK", "token", time.time() - 1)
-        gateway._credentials = CredentialSource.static(expired)
+        gateway._context.credentials = CredentialSource.static(expired)
         try:
             answer = await http.get("/readyz")
         finally:
-            gateway._credentials = live
+            gateway._context.credentials = live
         assert answer.status_code == 503
         assert answer.json()["reasons"] == ["credentials not loaded or expired"]
         assert (await http.get("/readyz")).status_code == 200
