@@ -38,6 +38,7 @@ from gateway._server.messages import (
     ServerLimits,
     StreamingResponse,
     UnsafeHeader,
+    _Reject,
 )
 from gateway._server.parsing import (
     _BODY,
@@ -46,7 +47,6 @@ from gateway._server.parsing import (
     _LINGER,
     _LINGER_S,
     _WAIT_FIRST,
-    _Reject,
 )
 from gateway._server.writing import _ResponseWriting, logger
 

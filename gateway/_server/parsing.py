@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 import httptools
 
-from gateway._server.messages import Request, Response
+from gateway._server.messages import Request, _Reject
 
 if TYPE_CHECKING:
     from gateway._server.http import Server
@@ -80,17 +79,6 @@ _LINGER_S: Final = 2.0
 
 class _StopParsing(Exception):
     """Raised inside a parser callback to stop at a limit."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Reject:
-    status: int
-    message: str
-    # Sent instead of the plain-text message: a head check's own refusal.
-    response: Response | None = None
-    # The client may still be sending a body that is never read: half-close and
-    # drop what it sends for a while, so it reads the answer instead of a reset.
-    linger: bool = False
 
 
 def _unsupported_version(version: str) -> _Reject:

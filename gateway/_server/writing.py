@@ -27,8 +27,9 @@ from gateway._server.messages import (
     Response,
     StreamingResponse,
     UnsafeHeader,
+    _Reject,
 )
-from gateway._server.parsing import _LINGER, _Reject, _RequestReading
+from gateway._server.parsing import _LINGER, _RequestReading
 
 logger = logging.getLogger("gateway.http_server")
 
