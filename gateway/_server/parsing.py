@@ -78,22 +78,16 @@ _LINGER_S: Final = 2.0
 
 
 class _StopParsing(Exception):
-    """Raised inside a parser callback to stop at a limit."""
+    """Raised inside a parser callback to stop at a limit (see ``_stop``)."""
+
+
+_MALFORMED: Final = _Reject(400, "malformed HTTP request")
 
 
 def _unsupported_version(version: str) -> _Reject:
     if version.startswith("0."):
         return _Reject(400, "HTTP/0.9 is not supported")
     return _Reject(505, f"HTTP/{version} is not supported: use HTTP/1.1")
-
-
-def _rejection(error: httptools.HttpParserError) -> _Reject:
-    """What stopped the parser: a limit a callback raised, else a malformed request."""
-    pending = error.__context__
-    if isinstance(pending, _StopParsing):
-        reject: _Reject = pending.args[0]
-        return reject
-    return _Reject(400, "malformed HTTP request")
 
 
 def _merge_repeated(pairs: list[tuple[str, str]]) -> dict[str, str]:
@@ -134,6 +128,7 @@ class _RequestReading:
         "_queue",
         "_queued_bytes",
         "_reading_paused",
+        "_refusal",
         "_server",
         "_serving",
         "_transport",
@@ -176,6 +171,8 @@ class _RequestReading:
         self._drain_waiter: asyncio.Future[None] | None = None
         # Set on client EOF or an unsupported upgrade: answer what is queued, then close.
         self._close_after = False
+        # What a limit a parser callback hit answers (see _stop); None: malformed.
+        self._refusal: _Reject | None = None
         self._reset_message()
 
     def _reset_message(self) -> None:
@@ -246,10 +243,8 @@ class _RequestReading:
             if not self.busy and self._transport is not None:
                 self._transport.close()
             return False
-        except httptools.HttpParserError as exc:
-            # Not kept in a local: the limit's exception holds the frames of the
-            # callback that raised it, and one of those is this call's own (a cycle).
-            self._fail(_rejection(exc))
+        except httptools.HttpParserError:
+            self._fail(self._refusal or _MALFORMED)
             return False
         return self._phase >= 0 and self._transport is not None
 
@@ -285,7 +280,7 @@ class _RequestReading:
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if len(self._header_pairs) >= self._server.limits.max_headers:
-            raise _StopParsing(_Reject(431, "request header fields too large"))
+            raise self._stop(_Reject(431, "request header fields too large"))
         lower = _HEADER_NAMES.get(name)
         if lower is None:
             lower = name.decode("latin-1").lower()
@@ -312,14 +307,14 @@ class _RequestReading:
         if declared > self._body_limit:
             # Refused before a byte of it is read; the lingering close lets
             # a client that is still sending read the answer.
-            raise _StopParsing(self._too_large())
+            raise self._stop(self._too_large())
         parser = self._parser
         assert parser is not None  # a callback: only called while it is fed
         version = parser.get_http_version()
         if version != "1.1" and version != "1.0":
             # llhttp takes a request line without a version as HTTP/0.9, and
             # any 2.x as 2.x; this server speaks neither.
-            raise _StopParsing(_unsupported_version(version))
+            raise self._stop(_unsupported_version(version))
         self._http_version = version
         check = self._server.head_check
         if check is not None:
@@ -327,7 +322,7 @@ class _RequestReading:
             refusal = check(self._build_request(b""))
             if refusal is not None:
                 body_follows = chunked or declared > 0
-                raise _StopParsing(_Reject(refusal.status, "", refusal, body_follows))
+                raise self._stop(_Reject(refusal.status, "", refusal, body_follows))
         if not chunked:
             self._body_remaining = declared
         idle = not self._queue and not self._serving
@@ -339,7 +334,7 @@ class _RequestReading:
             self._body_remaining -= len(body)
         self._body_size += len(body)
         if self._body_size > self._body_limit:
-            raise _StopParsing(self._too_large())
+            raise self._stop(self._too_large())
         self._body_parts.append(body)
 
     def on_message_complete(self) -> None:
@@ -351,6 +346,17 @@ class _RequestReading:
         self._phase = _IDLE
         self._head_bytes = 0
         self._completed_in_feed = True
+
+    def _stop(self, reject: _Reject) -> _StopParsing:
+        """The exception a callback raises to stop the parser, answering ``reject``.
+
+        The refusal is kept here, not in the exception: httptools hands the
+        callback's exception back as its error's ``__context__``, and raising
+        that error while the thread handles another exception (a compiled
+        coroutine can leave one set) replaces it, turning a 413 into a 400.
+        """
+        self._refusal = reject
+        return _StopParsing()
 
     def _too_large(self) -> _Reject:
         limit = self._body_limit
