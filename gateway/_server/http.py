@@ -50,6 +50,7 @@ from gateway._server.parsing import (
     _LINGER,
     _LINGER_S,
     _WAIT_FIRST,
+    ReaderOwner,
     RequestReader,
 )
 from gateway._server.writing import ResponseWriter, logger, simple_response
@@ -69,16 +70,17 @@ __all__ = [
 ]
 
 
-class _Connection:
+class _Connection(ReaderOwner):
     """One client connection: an ``asyncio.Protocol`` by its methods.
 
-    Not a subclass of asyncio.Protocol: mypyc compiles this module, and only
-    a class without a Python base becomes a native class (fixed attribute
-    slots, direct method calls). It owns a reader (:mod:`gateway._server.parsing`:
-    parsing, limits, pausing reads) and a writer (:mod:`gateway._server.writing`:
-    encoding, waiting for the peer to read), which know nothing of each other;
-    this class runs the handler, owns the queue between them, the lifecycle and
-    the timeouts.
+    Not a subclass of asyncio.Protocol: mypyc compiles this module, and only a
+    class without a Python base (ReaderOwner is a compiled one, with no state)
+    becomes a native class (fixed attribute slots, direct method calls).
+
+    It owns a reader (:mod:`gateway._server.parsing`: parsing, limits, pausing
+    reads) and a writer (:mod:`gateway._server.writing`: encoding, waiting for
+    the peer to read), which know nothing of each other; this class runs the
+    handler, owns the queue between them, the lifecycle and the timeouts.
     """
 
     __slots__ = (
