@@ -137,7 +137,7 @@ def _callgrind(pid: int, *args: str) -> None:
 # (mypyc names a module's function CPyDef_<module>___<name>, a method ...<Class>___<name>).
 # Disjoint in the call tree: none of these calls another's functions.
 FEATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("request parsing (HTTP server)", ("CPyDef_parsing____RequestReading___data_received",)),
+    ("request parsing (HTTP server)", ("CPyDef_parsing___RequestReader___data_received",)),
     ("request headers to members", ("CPyDef__app___SidecarApp____members",)),
     (
         "signing (SigV4, with the payload hash)",
@@ -163,7 +163,7 @@ FEATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("request timeout (deadline wheel)", ("CPyDef_pool___DeadlineWheel___arm",)),
     ("upstream answer parsing", ("CPyDef_connection___Connection___data_received",)),
     ("answer fields relayed", ("CPyDef__app____result_response",)),
-    ("answer encoding", ("CPyDef_writing____ResponseWriting____encode",)),
+    ("answer encoding", ("CPyDef_writing___ResponseWriter___encode",)),
 )
 
 

@@ -7,7 +7,7 @@ on a code path no other test reaches.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -28,6 +28,9 @@ _NOT_CLIENT = (
     "gateway.rtb",
     "gateway._server",
 )
+
+# The server's connection (http.py) composes a reader and a writer that know nothing of each other.
+_SERVER_HALVES = "the server's reader and writer import neither each other nor the connection"
 
 
 def _module_of(path: Path) -> str:
@@ -112,6 +115,14 @@ def _breaks(rule: str, module: str, name: str) -> bool:
             "gateway._invoke.cached",
         )
         return _within(module, "gateway._server") and _within(name, *client)
+    if rule == _SERVER_HALVES:
+        reader, writer, connection = (
+            "gateway._server.parsing",
+            "gateway._server.writing",
+            "gateway._server.http",
+        )
+        forbidden = {reader: (writer, connection), writer: (reader, connection)}
+        return module in forbidden and _within(name, *forbidden[module])
     raise AssertionError(rule)
 
 
@@ -123,6 +134,7 @@ RULES = [
     "the HTTP layer knows no SageMaker and no client",
     "the AWS protocols sit at the bottom",
     "the server kit never imports the client",
+    _SERVER_HALVES,
 ]
 
 
@@ -141,6 +153,10 @@ def test_the_checker_sees_a_forbidden_import(tmp_path: Path) -> None:
     assert _breaks(RULES[0], "gateway.routing._route", "gateway._client")
     assert _breaks(RULES[0], "gateway.routing._route", "gateway.cache")
     assert not _breaks(RULES[0], "gateway.routing._route", "gateway.errors")
+    assert _breaks(_SERVER_HALVES, "gateway._server.parsing", "gateway._server.writing.logger")
+    assert _breaks(_SERVER_HALVES, "gateway._server.writing", "gateway._server.http.Server")
+    assert not _breaks(_SERVER_HALVES, "gateway._server.http", "gateway._server.parsing")
+    assert not _breaks(_SERVER_HALVES, "gateway._server.parsing", "gateway._server.messages")
 
 
 def imports_of_foreign(path: Path, as_module: str) -> set[str]:
@@ -150,3 +166,65 @@ def imports_of_foreign(path: Path, as_module: str) -> set[str]:
         if isinstance(node, ast.ImportFrom):
             found.update(_resolve(as_module, False, node))
     return {name for name in found if name.split(".")[0] in PACKAGES}
+
+
+# -- no import cycle inside the server kit ---------------------------------------------
+
+
+def server_imports() -> dict[str, set[str]]:
+    """Each module of gateway._server -> the modules of gateway._server it imports.
+
+    Imports under TYPE_CHECKING count: a cycle there is still one for a reader,
+    and for mypyc, which compiles these modules.
+    """
+    imports = {module: found for module, found in modules() if _within(module, "gateway._server")}
+    return {
+        module: {_module_of_name(name, imports) for name in found if _within(name, *imports)}
+        for module, found in imports.items()
+    }
+
+
+def _module_of_name(name: str, known: Collection[str]) -> str:
+    """The module ``name`` is in: ``gateway._server.http.Server`` -> ``gateway._server.http``."""
+    while name not in known:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def import_cycle(graph: Mapping[str, Collection[str]]) -> list[str]:
+    """One import cycle in ``graph``, its first module repeated at the end; [] if none."""
+    finished: set[str] = set()
+    path: list[str] = []
+
+    def visit(module: str) -> list[str]:
+        if module in path:
+            return [*path[path.index(module) :], module]
+        if module in finished:
+            return []
+        path.append(module)
+        for imported in sorted(graph.get(module, ())):
+            cycle = visit(imported)
+            if cycle:
+                return cycle
+        path.pop()
+        finished.add(module)
+        return []
+
+    for module in sorted(graph):
+        cycle = visit(module)
+        if cycle:
+            return cycle
+    return []
+
+
+def test_the_server_kit_has_no_import_cycle() -> None:
+    assert import_cycle(server_imports()) == []
+
+
+def test_the_cycle_finder_sees_a_cycle() -> None:
+    graph = {"d": {"a"}, "a": {"b"}, "b": {"c", "e"}, "c": {"a"}, "e": set()}
+    assert import_cycle(graph) == ["a", "b", "c", "a"]
+    assert import_cycle({**graph, "c": set()}) == []
+    assert import_cycle({"a": {"a"}}) == ["a", "a"]
+    found = server_imports()
+    assert "gateway._server.messages" in found["gateway._server.http"]

@@ -7,7 +7,9 @@ Shared by the emulator and the sidecar, so it is general and sits on a hot
 path. One :class:`asyncio.Protocol` per connection parses with
 ``httptools.HttpRequestParser``; complete requests go into a per-connection
 queue and are answered one at a time, in order (pipelining is safe, never
-concurrent).
+concurrent). Each connection composes a reader (:mod:`gateway._server.parsing`)
+and a writer (:mod:`gateway._server.writing`); neither imports the other, nor
+this module.
 
 Defences against slow or hostile clients: a head-size limit counted on the
 raw bytes fed to the parser (414 / 431 before a byte past it is parsed), a
@@ -25,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections import deque
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -38,6 +41,7 @@ from gateway._server.messages import (
     ServerLimits,
     StreamingResponse,
     UnsafeHeader,
+    _Reject,
 )
 from gateway._server.parsing import (
     _BODY,
@@ -46,9 +50,10 @@ from gateway._server.parsing import (
     _LINGER,
     _LINGER_S,
     _WAIT_FIRST,
-    _Reject,
+    ReaderOwner,
+    RequestReader,
 )
-from gateway._server.writing import _ResponseWriting, logger
+from gateway._server.writing import ResponseWriter, logger, simple_response
 
 __all__ = [
     "AbortConnection",
@@ -65,18 +70,46 @@ __all__ = [
 ]
 
 
-class _Connection(_ResponseWriting):
+class _Connection(ReaderOwner):
     """One client connection: an ``asyncio.Protocol`` by its methods.
 
-    Not a subclass of asyncio.Protocol: mypyc compiles this module, and only
-    a class without a Python base becomes a native class (fixed attribute
-    slots, direct method calls). Its reading half (parsing, limits) is
-    :mod:`gateway._server.parsing`'s, its writing half (responses, flow
-    control) :mod:`gateway._server.writing`'s; this class owns the queue
-    between them, the lifecycle and the timeouts.
+    Not a subclass of asyncio.Protocol: mypyc compiles this module, and only a
+    class without a Python base (ReaderOwner is a compiled one, with no state)
+    becomes a native class (fixed attribute slots, direct method calls).
+
+    It owns a reader (:mod:`gateway._server.parsing`: parsing, limits, pausing
+    reads) and a writer (:mod:`gateway._server.writing`: encoding, waiting for
+    the peer to read), which know nothing of each other; this class runs the
+    handler, owns the queue between them, the lifecycle and the timeouts.
     """
 
-    __slots__ = ()
+    __slots__ = (
+        "_loop",
+        "_queue",
+        "_queued_bytes",
+        "_reader",
+        "_server",
+        "_serving",
+        "_transport",
+        "_wakeup",
+        "_worker",
+        "_writer",
+    )
+
+    def __init__(self, server: Server) -> None:
+        self._server = server
+        self._loop = server.loop
+        self._transport: asyncio.Transport | None = None
+        self._queue: deque[Request | _Reject] = deque()
+        self._queued_bytes = 0  # body bytes of the requests waiting in _queue
+        # One worker task per connection, started with its first request and
+        # kept: between requests it waits on a future, which costs less than
+        # a task per request (3.11 registers every task in a WeakSet).
+        self._worker: asyncio.Task[None] | None = None
+        self._wakeup: asyncio.Future[None] | None = None
+        self._serving = False  # the worker has a request (or a refusal) to answer
+        self._reader = RequestReader(server, self)
+        self._writer = ResponseWriter(server.loop, server.server_line)
 
     # asyncio.Protocol ------------------------------------------------------
 
@@ -84,9 +117,12 @@ class _Connection(_ResponseWriting):
         # uvloop's transports are not asyncio.Transport subclasses, only alike.
         transport = cast(asyncio.Transport, transport)
         self._transport = transport
+        client: tuple[str, int] | None = None
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
-            self._client = (str(peer[0]), int(peer[1]))
+            client = (str(peer[0]), int(peer[1]))
+        self._reader.connection_made(transport, client)
+        self._writer.connection_made(transport)
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             with contextlib.suppress(OSError):
@@ -95,20 +131,42 @@ class _Connection(_ResponseWriting):
         if self._server.closing:
             transport.close()
 
+    def data_received(self, data: bytes) -> None:
+        self._reader.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        # A half-closed client may still be waiting for its responses.
+        reader = self._reader
+        if self.busy and reader.phase != _LINGER:
+            reader.close_after = True
+            return True
+        return None
+
+    def pause_writing(self) -> None:
+        # The peer is not reading its answers: stop reading its requests too.
+        self._writer.pause_writing()
+        self._reader.update_reading()
+
+    def resume_writing(self) -> None:
+        writer = self._writer
+        writer.paused = False
+        self._reader.update_reading()
+        writer.wake_drain()
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._server._forget(self)
         self._queue.clear()
+        self._queued_bytes = 0
         if self._worker is not None:
             self._worker.cancel()
-        if self._drain_waiter is not None and not self._drain_waiter.done():
-            self._drain_waiter.set_exception(ConnectionResetError("connection lost"))
-            self._drain_waiter.exception()  # mark retrieved: nobody may await it
+        self._writer.connection_lost()
         self._transport = None
-        self._release()
+        self._reader.release()
 
     # request queue ---------------------------------------------------------
 
-    def _enqueue(self, item: Request | _Reject) -> None:
+    def enqueue(self, item: Request | _Reject) -> None:
+        """Queue ``item`` for the worker (the reader's requests and refusals come here)."""
         self._queue.append(item)
         if isinstance(item, Request):
             self._queued_bytes += len(item.body)
@@ -122,7 +180,18 @@ class _Connection(_ResponseWriting):
             return
         limits = self._server.limits
         if len(self._queue) >= limits.max_pipelined or self._queued_bytes > limits.max_queued_bytes:
-            self._update_reading()
+            self._reader.update_reading()
+
+    def must_pause(self) -> bool:
+        """Reading pauses while requests wait or the peer is not reading its answers."""
+        limits = self._server.limits
+        return self._writer.paused or (
+            len(self._queue) >= limits.max_pipelined or self._queued_bytes > limits.max_queued_bytes
+        )
+
+    @property
+    def busy(self) -> bool:
+        return self._serving or bool(self._queue) or bool(self._reader.backlog)
 
     async def _serve_queue(self) -> None:
         try:
@@ -133,13 +202,14 @@ class _Connection(_ResponseWriting):
                         self._reject(self._transport, item)
                         return
                     self._queued_bytes -= len(item.body)
-                    if self._reading_paused or self._backlog:
-                        self._update_reading()
+                    reader = self._reader
+                    if reader.reading_paused or reader.backlog:
+                        reader.update_reading()
                     await self._respond(item)
                 elif not self._idle():
                     return
                 else:
-                    # Woken by _enqueue; cancelled by connection_lost.
+                    # Woken by enqueue; cancelled by connection_lost.
                     wakeup = self._wakeup = self._loop.create_future()
                     await wakeup
                     self._wakeup = None
@@ -147,7 +217,7 @@ class _Connection(_ResponseWriting):
             pass  # the connection is gone; nothing to answer
         except Exception:
             logger.exception("connection worker failed")
-            self.reset()
+            self._writer.reset()
         finally:
             self._worker = None
             self._wakeup = None
@@ -158,12 +228,91 @@ class _Connection(_ResponseWriting):
         self._serving = False
         if self._transport is None:
             return False
-        if self._close_after and not self._backlog:
+        reader = self._reader
+        if reader.close_after and not reader.backlog:
             self._transport.close()
             return False
-        if self._phase == _IDLE:
-            self._phase_since = self._loop.time()
+        if reader.phase == _IDLE:
+            reader.phase_since = self._loop.time()
         return True
+
+    # answers ---------------------------------------------------------------
+
+    async def _respond(self, request: Request) -> None:
+        try:
+            response = await self._server.handler(request)
+        except AbortConnection:
+            self._writer.reset()
+            return
+        except Exception:
+            logger.exception("request handler failed: %s %s", request.method, request.path)
+            response = Response(500, (("content-type", "text/plain"),), b"internal server error")
+        transport = self._transport
+        if transport is None:
+            return
+        # Closing (the server, or this connection after EOF): the last queued
+        # answer says "close"; those before it keep the connection for the rest.
+        server = self._server
+        keep_alive = request.keep_alive and not (
+            (server.closing or server.draining or self._reader.close_after) and not self._queue
+        )
+        writer = self._writer
+        try:
+            if isinstance(response, StreamingResponse):
+                await writer.send_stream(request, response, keep_alive)
+                return
+            data = writer.encode(request, response, keep_alive)
+        except UnsafeHeader:
+            # Fail closed: the header is never written. Not a traceback: the
+            # value came from elsewhere (an upstream, a cache) and is refused.
+            logger.error(
+                "refused a response header holding CR, LF or NUL for %s %s",
+                request.method,
+                request.path,
+            )
+            data = simple_response(500, "internal server error", not keep_alive)
+        except Exception:
+            logger.exception("bad response for %s %s", request.method, request.path)
+            data = simple_response(500, "internal server error", not keep_alive)
+        transport.write(data)
+        if not keep_alive:
+            if server.closing:
+                # The client may be sending a request right now: it gets to
+                # read this answer and its "close" rather than a reset.
+                self._close_lingering(transport)
+            else:
+                transport.close()
+        elif writer.paused:
+            await writer.drain()
+
+    def _reject(self, transport: asyncio.Transport, reject: _Reject) -> None:
+        on_reject = self._server.on_reject
+        if on_reject is not None:
+            on_reject(reject.status, reject.message)
+        transport.write(self._writer.encode_refusal(reject))
+        # Nothing to linger for when the client has already stopped sending.
+        if not reject.linger or self._reader.close_after:
+            transport.close()
+            return
+        self._close_lingering(transport)
+
+    def _close_lingering(self, transport: asyncio.Transport) -> None:
+        """Half-close, then read and drop what the client is still sending.
+
+        Bounded in bytes and time; the client reads the last answer instead of
+        the reset a close with unread bytes would send.
+        """
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        try:
+            transport.write_eof()
+        except OSError:
+            # The client is gone already (ENOTCONN: it reset or timed out and closed
+            # while its answer was written): an ordinary close, not a worker failure.
+            transport.close()
+            return
+        self._reader.linger(transport)
 
     # control ---------------------------------------------------------------
 
@@ -171,13 +320,15 @@ class _Connection(_ResponseWriting):
         transport = self._transport
         if transport is None:
             return
-        if self._write_paused and now - self._write_paused_since > limits.write_timeout:
+        writer = self._writer
+        if writer.paused and now - writer.paused_since > limits.write_timeout:
             # The peer has read nothing for write_timeout: what it has not
             # read (and whatever it queued) is dropped with the connection.
-            self.reset()
+            writer.reset()
             return
-        elapsed = now - self._phase_since
-        phase = self._phase
+        reader = self._reader
+        elapsed = now - reader.phase_since
+        phase = reader.phase
         if phase < 0:
             if phase == _LINGER and elapsed > min(_LINGER_S, limits.body_timeout):
                 transport.close()
@@ -197,7 +348,7 @@ class _Connection(_ResponseWriting):
             transport.close()
         else:
             # Queued after any request in flight, whose answer still goes out.
-            self._fail(_Reject(408, "request timeout"))
+            reader.fail(_Reject(408, "request timeout"))
 
     def shutdown(self) -> None:
         """Close now if idle; otherwise answer what is queued, the last answer saying ``close``.
@@ -211,14 +362,10 @@ class _Connection(_ResponseWriting):
         if transport is None:
             return
         if not self.busy:
-            if self._phase in (_IDLE, _WAIT_FIRST):
+            if self._reader.phase in (_IDLE, _WAIT_FIRST):
                 transport.close()
             return
-        self._close_after = True
-        self._backlog = b""
-        if self._phase >= 0 and not self._reading_paused:
-            self._reading_paused = True
-            transport.pause_reading()
+        self._reader.stop_reading(transport)
 
 
 # -- server -----------------------------------------------------------------

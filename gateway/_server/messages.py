@@ -1,7 +1,9 @@
 # Compiled with mypyc in wheels (HOT_PATH in gateway/_host/build.py): keep it compilable.
 """What a handler sees and returns: the request, the responses, the server's limits.
 
-Re-exported by :mod:`gateway._server.http`, the public import path.
+Re-exported by :mod:`gateway._server.http`, the public import path. Also the
+refusal record (:class:`_Reject`) that the connection's reader produces and its
+writer encodes: here, so the two need not import each other.
 """
 
 from __future__ import annotations
@@ -166,3 +168,16 @@ class ServerLimits:
     write_timeout: float = 30.0
     shutdown_timeout: float = 5.0  # in-flight grace on close()
     server_header: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Reject:
+    """A request refused by the parser or the limits: answered instead of handled."""
+
+    status: int
+    message: str
+    # Sent instead of the plain-text message: a head check's own refusal.
+    response: Response | None = None
+    # The client may still be sending a body that is never read: half-close and
+    # drop what it sends for a while, so it reads the answer instead of a reset.
+    linger: bool = False

@@ -2,27 +2,24 @@
 # (no async generators, no monkeypatching, re-check attributes narrowed before an await).
 """Reading a connection: request parsing with its limits, and read flow control.
 
-The base of the server's connection class (:mod:`gateway._server.http`):
-it owns the connection's state, feeds the raw bytes to ``httptools`` in
-pieces that never let a head grow past ``max_header_size``, enforces the
-header-count and body-size limits, builds :class:`Request` objects, and
-pauses reading while requests wait or the peer is not reading its answers.
-What is answered, and how, is :mod:`gateway._server.writing`'s.
+The connection (:mod:`gateway._server.http`) owns one :class:`RequestReader`,
+which feeds the raw bytes to ``httptools`` in pieces that never let a head
+grow past ``max_header_size``, enforces the header-count and body-size limits,
+builds :class:`Request` objects and hands them to the connection, and pauses
+reading while the connection says so (requests wait, or the peer is not
+reading its answers). It knows nothing of how answers are written
+(:mod:`gateway._server.writing`), and sees its server and its connection only
+through :class:`_ServerView` and :class:`ReaderOwner`, so it imports neither.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 import httptools
 
-from gateway._server.messages import Request, Response
-
-if TYPE_CHECKING:
-    from gateway._server.http import Server
+from gateway._server.messages import BodyLimits, HeadCheck, Request, ServerLimits, _Reject
 
 # Decoded once: the methods and the header names clients send on every request
 # (botocore's spelling and lower case), so the common case is one dict lookup.
@@ -79,33 +76,16 @@ _LINGER_S: Final = 2.0
 
 
 class _StopParsing(Exception):
-    """Raised inside a parser callback to stop at a limit."""
+    """Raised inside a parser callback to stop at a limit (see ``_stop``)."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Reject:
-    status: int
-    message: str
-    # Sent instead of the plain-text message: a head check's own refusal.
-    response: Response | None = None
-    # The client may still be sending a body that is never read: half-close and
-    # drop what it sends for a while, so it reads the answer instead of a reset.
-    linger: bool = False
+_MALFORMED: Final = _Reject(400, "malformed HTTP request")
 
 
 def _unsupported_version(version: str) -> _Reject:
     if version.startswith("0."):
         return _Reject(400, "HTTP/0.9 is not supported")
     return _Reject(505, f"HTTP/{version} is not supported: use HTTP/1.1")
-
-
-def _rejection(error: httptools.HttpParserError) -> _Reject:
-    """What stopped the parser: a limit a callback raised, else a malformed request."""
-    pending = error.__context__
-    if isinstance(pending, _StopParsing):
-        reject: _Reject = pending.args[0]
-        return reject
-    return _Reject(400, "malformed HTTP request")
 
 
 def _merge_repeated(pairs: list[tuple[str, str]]) -> dict[str, str]:
@@ -115,79 +95,132 @@ def _merge_repeated(pairs: list[tuple[str, str]]) -> dict[str, str]:
     return merged
 
 
-class _RequestReading:
+class _ServerView(Protocol):
+    """What a reader reads of its server (:class:`gateway._server.http.Server`).
+
+    A protocol: compiled, an attribute read through it costs a little more than
+    a native one, and a request reads two (``limits`` and ``loop`` are kept).
+    """
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    @property
+    def limits(self) -> ServerLimits: ...
+
+    @property
+    def body_limits(self) -> BodyLimits | None: ...
+
+    @property
+    def head_check(self) -> HeadCheck | None: ...
+
+
+class ReaderOwner:
+    """What a reader asks of the connection that owns it.
+
+    That connection (:class:`gateway._server.http._Connection`) implements it.
+    A base class with no state rather than a protocol: compiled, a call through
+    it (one a request) is a direct native call, as a protocol's is not.
+    """
+
+    __slots__ = ()
+
+    @property
+    def busy(self) -> bool:
+        """A request is queued or being answered (or read bytes wait to be parsed)."""
+        raise NotImplementedError
+
+    def enqueue(self, item: Request | _Reject) -> None:
+        """Take a parsed request, or a refusal, to be answered in order."""
+        raise NotImplementedError
+
+    def must_pause(self) -> bool:
+        """Stop reading: too much is queued, or the peer is not reading its answers."""
+        raise NotImplementedError
+
+
+class _Gone(ReaderOwner):
+    """The connection of a released reader: takes nothing, lets nothing more be read."""
+
+    __slots__ = ()
+
+    @property
+    def busy(self) -> bool:
+        return False
+
+    def enqueue(self, item: Request | _Reject) -> None:
+        pass
+
+    def must_pause(self) -> bool:
+        return True
+
+
+_GONE: Final = _Gone()
+
+
+class RequestReader:
     """The reading half of a client connection (see :class:`gateway._server.http._Connection`).
 
-    Not a subclass of asyncio.Protocol: mypyc compiles this module, and only
-    a class without a Python base becomes a native class (fixed attribute
-    slots, direct method calls).
+    A plain class: mypyc compiles this module, and only a class without a
+    Python base becomes a native class (fixed attribute slots, direct method
+    calls). Its parser's callbacks are its methods.
     """
 
     __slots__ = (
-        "_backlog",
         "_backlog_scheduled",
         "_body_limit",
         "_body_parts",
         "_body_remaining",
         "_body_size",
         "_client",
-        "_close_after",
         "_completed_in_feed",
+        "_connection",
         "_discarded",
-        "_drain_waiter",
         "_expect_continue",
         "_head_bytes",
         "_header_pairs",
         "_http_version",
+        "_limits",
         "_loop",
         "_parser",
-        "_phase",
-        "_phase_since",
-        "_queue",
-        "_queued_bytes",
-        "_reading_paused",
+        "_refusal",
         "_server",
-        "_serving",
         "_transport",
         "_url_parts",
-        "_wakeup",
-        "_worker",
-        "_write_paused",
-        "_write_paused_since",
+        "backlog",
+        "close_after",
+        "phase",
+        "phase_since",
+        "reading_paused",
     )
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: _ServerView, connection: ReaderOwner) -> None:
         self._server = server
+        self._limits = server.limits  # fixed for the server's life
         self._loop = server.loop
+        # It holds this reader as this reader holds it: a cycle, broken by release at close.
+        self._connection = connection
         self._transport: asyncio.Transport | None = None
-        # Its callbacks are this object's methods: a cycle, broken by _release at close.
+        # Its callbacks are this object's methods: a cycle too.
         self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
         self._client: tuple[str, int] | None = None
-        self._queue: deque[Request | _Reject] = deque()
-        self._queued_bytes = 0  # body bytes of the requests waiting in _queue
-        # One worker task per connection, started with its first request and
-        # kept: between requests it waits on a future, which costs less than
-        # a task per request (3.11 registers every task in a WeakSet).
-        self._worker: asyncio.Task[None] | None = None
-        self._wakeup: asyncio.Future[None] | None = None
-        self._serving = False  # the worker has a request (or a refusal) to answer
-        self._phase = _WAIT_FIRST
-        self._phase_since = self._loop.time()
+        self.phase = _WAIT_FIRST
+        self.phase_since = self._loop.time()
         # Raw bytes fed to the parser for the current head, and whether a
         # message ended inside the last piece fed (see data_received).
         self._head_bytes = 0
         self._completed_in_feed = False
         self._http_version = "1.1"  # the current request's, checked with its head
         self._discarded = 0  # bytes dropped by a lingering close
-        self._reading_paused = False
-        # Bytes read but not yet parsed because the queue was full.
-        self._backlog = b""
+        self.reading_paused = False
+        # Bytes read but not yet parsed because the connection said to pause.
+        self.backlog = b""
         self._backlog_scheduled = False
-        self._write_paused = False
-        self._write_paused_since = 0.0
-        self._drain_waiter: asyncio.Future[None] | None = None
-        # Set on client EOF or an unsupported upgrade: answer what is queued, then close.
-        self._close_after = False
+        # Set on client EOF, an unsupported upgrade or the server's shutdown:
+        # nothing more is read; what is queued is answered, then the connection closes.
+        self.close_after = False
+        # What a limit a parser callback hit answers (see _stop); None: malformed.
+        self._refusal: _Reject | None = None
         self._reset_message()
 
     def _reset_message(self) -> None:
@@ -195,20 +228,38 @@ class _RequestReading:
         self._header_pairs: list[tuple[str, str]] = []
         self._body_parts: list[bytes] = []
         self._body_size = 0
-        self._body_limit = self._server.limits.max_body_size  # this request's (see body_limits)
+        self._body_limit = self._limits.max_body_size  # this request's (see body_limits)
         self._body_remaining = -1  # declared body bytes still to come; -1: not known
         self._expect_continue = False
+
+    def connection_made(self, transport: asyncio.Transport, client: tuple[str, int] | None) -> None:
+        self._transport = transport
+        self._client = client
+
+    def release(self) -> None:
+        """The connection is gone: drop its buffers, the parser and the connection.
+
+        The parser and the connection each hold this reader as it holds them:
+        only the cycle collector would free them, and what they hold (a refused
+        body of megabytes), and it rarely runs in a busy process (or never
+        looks, for what ``gc.freeze`` moved out of its sight).
+        """
+        self._transport = None
+        self._parser = None
+        self._connection = _GONE
+        self.backlog = b""
+        self._reset_message()
 
     # reading ---------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
         if self._transport is None:
             return
-        if self._phase < 0:
-            if self._phase == _LINGER:
+        if self.phase < 0:
+            if self.phase == _LINGER:
                 self._discard(len(data))
             return
-        limit = self._server.limits.max_header_size
+        limit = self._limits.max_header_size
         # Feed in pieces so that no head byte past the limit ever reaches the
         # parser (httptools buffers a header or a URL whole, re-copying it on
         # every fragment). A piece ends where the head may reach the limit, or
@@ -216,12 +267,12 @@ class _RequestReading:
         # piece are counted from the next piece on, so a head is bounded by
         # twice the limit at worst.
         while True:
-            if self._phase == _BODY:
+            if self.phase == _BODY:
                 take = self._body_remaining
             else:
                 take = limit - self._head_bytes
                 if take <= 0:
-                    self._fail(self._head_too_large())
+                    self.fail(self._head_too_large())
                     return
             if 0 <= take < len(data):
                 piece, data = data[:take], data[take:]
@@ -230,15 +281,15 @@ class _RequestReading:
             self._completed_in_feed = False
             if not self._feed(piece):
                 return
-            if self._phase != _BODY and not self._completed_in_feed:
+            if self.phase != _BODY and not self._completed_in_feed:
                 self._head_bytes += len(piece)
             if not data:
                 return
-            if self._must_pause():
+            if self._connection.must_pause():
                 # One read can hold many requests: keep the rest unparsed
                 # until the queue has room again.
-                self._backlog = data
-                self._update_reading()
+                self.backlog = data
+                self.update_reading()
                 return
 
     def _feed(self, data: bytes) -> bool:
@@ -251,19 +302,17 @@ class _RequestReading:
         except httptools.HttpParserUpgrade:
             # The request itself was complete and is queued; we never switch
             # protocols, so answer it as plain HTTP/1.1 and close.
-            self._phase = _STOPPED
-            self._close_after = True
+            self.phase = _STOPPED
+            self.close_after = True
             if self._transport is not None:
                 self._transport.pause_reading()
-            if not self.busy and self._transport is not None:
+            if not self._connection.busy and self._transport is not None:
                 self._transport.close()
             return False
-        except httptools.HttpParserError as exc:
-            # Not kept in a local: the limit's exception holds the frames of the
-            # callback that raised it, and one of those is this call's own (a cycle).
-            self._fail(_rejection(exc))
+        except httptools.HttpParserError:
+            self.fail(self._refusal or _MALFORMED)
             return False
-        return self._phase >= 0 and self._transport is not None
+        return self.phase >= 0 and self._transport is not None
 
     def _head_too_large(self) -> _Reject:
         # Mostly request target: the URI is what is too long.
@@ -275,37 +324,30 @@ class _RequestReading:
     def _discard(self, size: int) -> None:
         """Lingering close: drop the rest of a refused body, up to a bound."""
         self._discarded += size
-        if self._discarded > self._server.limits.max_discard_size and self._transport:
+        if self._discarded > self._limits.max_discard_size and self._transport:
             self._transport.close()
-
-    def eof_received(self) -> bool | None:
-        # A half-closed client may still be waiting for its responses.
-        if self.busy and self._phase != _LINGER:
-            self._close_after = True
-            return True
-        return None
 
     # httptools callbacks ---------------------------------------------------
 
     def on_message_begin(self) -> None:
-        self._phase = _HEADERS
-        self._phase_since = self._loop.time()
+        self.phase = _HEADERS
+        self.phase_since = self._loop.time()
 
     def on_url(self, url: bytes) -> None:
         # Bounded: data_received never feeds a head past max_header_size.
         self._url_parts.append(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if len(self._header_pairs) >= self._server.limits.max_headers:
-            raise _StopParsing(_Reject(431, "request header fields too large"))
+        if len(self._header_pairs) >= self._limits.max_headers:
+            raise self._stop(_Reject(431, "request header fields too large"))
         lower = _HEADER_NAMES.get(name)
         if lower is None:
             lower = name.decode("latin-1").lower()
         self._header_pairs.append((lower, value.decode("latin-1")))
 
     def on_headers_complete(self) -> None:
-        self._phase = _BODY
-        self._phase_since = self._loop.time()
+        self.phase = _BODY
+        self.phase_since = self._loop.time()
         declared = -1
         chunked = False
         for name, value in self._header_pairs:
@@ -324,14 +366,14 @@ class _RequestReading:
         if declared > self._body_limit:
             # Refused before a byte of it is read; the lingering close lets
             # a client that is still sending read the answer.
-            raise _StopParsing(self._too_large())
+            raise self._stop(self._too_large())
         parser = self._parser
         assert parser is not None  # a callback: only called while it is fed
         version = parser.get_http_version()
         if version != "1.1" and version != "1.0":
             # llhttp takes a request line without a version as HTTP/0.9, and
             # any 2.x as 2.x; this server speaks neither.
-            raise _StopParsing(_unsupported_version(version))
+            raise self._stop(_unsupported_version(version))
         self._http_version = version
         check = self._server.head_check
         if check is not None:
@@ -339,11 +381,13 @@ class _RequestReading:
             refusal = check(self._build_request(b""))
             if refusal is not None:
                 body_follows = chunked or declared > 0
-                raise _StopParsing(_Reject(refusal.status, "", refusal, body_follows))
+                raise self._stop(_Reject(refusal.status, "", refusal, body_follows))
         if not chunked:
             self._body_remaining = declared
-        idle = not self._queue and not self._serving
-        if self._expect_continue and idle and self._transport is not None:
+        # Not while an earlier request is queued or answered: the 100 would go
+        # out amid its answer. (Nothing waits in the backlog while a feed runs.)
+        expect_continue = self._expect_continue and not self._connection.busy
+        if expect_continue and self._transport is not None:
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
@@ -351,18 +395,30 @@ class _RequestReading:
             self._body_remaining -= len(body)
         self._body_size += len(body)
         if self._body_size > self._body_limit:
-            raise _StopParsing(self._too_large())
+            raise self._stop(self._too_large())
         self._body_parts.append(body)
 
     def on_message_complete(self) -> None:
         parts = self._body_parts
-        self._enqueue(self._build_request(parts[0] if len(parts) == 1 else b"".join(parts)))
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        self._connection.enqueue(self._build_request(body))
         self._reset_message()
-        # The idle clock starts when the worker has answered (_serve_queue):
-        # until then the connection is busy and no idle timeout applies.
-        self._phase = _IDLE
+        # The idle clock starts when the worker has answered (the connection's
+        # _serve_queue): until then the connection is busy and no idle timeout applies.
+        self.phase = _IDLE
         self._head_bytes = 0
         self._completed_in_feed = True
+
+    def _stop(self, reject: _Reject) -> _StopParsing:
+        """The exception a callback raises to stop the parser, answering ``reject``.
+
+        The refusal is kept here, not in the exception: httptools hands the
+        callback's exception back as its error's ``__context__``, and raising
+        that error while the thread handles another exception (a compiled
+        coroutine can leave one set) replaces it, turning a 413 into a 400.
+        """
+        self._refusal = reject
+        return _StopParsing()
 
     def _too_large(self) -> _Reject:
         limit = self._body_limit
@@ -373,8 +429,6 @@ class _RequestReading:
     def _path(self) -> str:
         """The current request's path (its target without the query)."""
         return b"".join(self._url_parts).decode("latin-1").partition("?")[0]
-
-    # request queue ---------------------------------------------------------
 
     def _build_request(self, body: bytes) -> Request:
         parser = self._parser
@@ -400,67 +454,56 @@ class _RequestReading:
             parser.should_keep_alive(),
         )
 
-    def _enqueue(self, item: Request | _Reject) -> None:
-        """Queue ``item`` for the connection's worker (the subclass's)."""
-        raise NotImplementedError
+    # read flow control -----------------------------------------------------
 
-    def _must_pause(self) -> bool:
-        limits = self._server.limits
-        return self._write_paused or (
-            len(self._queue) >= limits.max_pipelined or self._queued_bytes > limits.max_queued_bytes
-        )
-
-    def _update_reading(self) -> None:
-        """Read only while the peer reads its answers and little is queued."""
+    def update_reading(self) -> None:
+        """Read only while the connection does not say to pause."""
         transport = self._transport
-        if transport is None or self._phase < 0:
+        if transport is None or self.phase < 0:
             return
-        if self._must_pause():
-            if not self._reading_paused:
-                self._reading_paused = True
+        if self._connection.must_pause():
+            if not self.reading_paused:
+                self.reading_paused = True
                 transport.pause_reading()
-        elif self._backlog:
+        elif self.backlog:
             if not self._backlog_scheduled:
                 self._backlog_scheduled = True
                 self._loop.call_soon(self._feed_backlog)
-        elif self._reading_paused and not self._close_after:
+        elif self.reading_paused and not self.close_after:
             # Closing (EOF, or the server's shutdown): nothing more is read.
-            self._reading_paused = False
+            self.reading_paused = False
             transport.resume_reading()
 
     def _feed_backlog(self) -> None:
         self._backlog_scheduled = False
-        data, self._backlog = self._backlog, b""
-        if data and self._transport is not None and self._phase >= 0:
+        data, self.backlog = self.backlog, b""
+        if data and self._transport is not None and self.phase >= 0:
             self.data_received(data)
-        self._update_reading()
+        self.update_reading()
 
-    def _fail(self, reject: _Reject) -> None:
+    def fail(self, reject: _Reject) -> None:
         """Stop parsing; answer ``reject`` after the requests already queued."""
-        self._phase = _STOPPED
+        self.phase = _STOPPED
         # Nothing more is parsed: a refused or stalled body (megabytes, maybe) goes now,
         # not when the connection does.
         self._body_parts = []
-        self._backlog = b""
+        self.backlog = b""
         if self._transport is not None:
             self._transport.pause_reading()
-            self._reading_paused = True
-        self._enqueue(reject)
+            self.reading_paused = True
+        self._connection.enqueue(reject)
 
-    def _release(self) -> None:
-        """The connection is gone: drop its buffers and the parser.
+    def stop_reading(self, transport: asyncio.Transport) -> None:
+        """Read nothing more, and drop what is read but not parsed; what is queued is answered."""
+        self.close_after = True
+        self.backlog = b""
+        if self.phase >= 0 and not self.reading_paused:
+            self.reading_paused = True
+            transport.pause_reading()
 
-        The parser's callbacks are this object's methods, so the two form a
-        cycle: only the cycle collector would free them, and what they hold (a
-        refused body of megabytes), and it rarely runs in a busy process (or
-        never looks, for what ``gc.freeze`` moved out of its sight).
-        """
-        self._parser = None
-        self._backlog = b""
-        self._queue.clear()
-        self._queued_bytes = 0
-        self._reset_message()
-
-    @property
-    def busy(self) -> bool:
-        return self._serving or bool(self._queue) or bool(self._backlog)
+    def linger(self, transport: asyncio.Transport) -> None:
+        """The connection has half-closed: read and drop what the client is still sending."""
+        self.phase = _LINGER
+        self.phase_since = self._loop.time()
+        self.reading_paused = False
+        transport.resume_reading()

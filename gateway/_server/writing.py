@@ -1,11 +1,12 @@
 # Compiled with mypyc in wheels (HOT_PATH in gateway/_host/build.py): keep it compilable
 # (no async generators, no monkeypatching, re-check attributes narrowed before an await).
-"""Answering a connection: response encoding and write flow control.
+"""Writing a connection: response encoding and write flow control.
 
-A response head is built as one ``str`` and encoded once. Handler exceptions
-become a 500; raising :class:`AbortConnection` resets the connection (RST).
-While the peer is not reading its answers, writing waits (``_drain``) and
-reading pauses (see :mod:`gateway._server.parsing`).
+The connection (:mod:`gateway._server.http`) owns one :class:`ResponseWriter`
+and decides what is answered and when the connection closes; the writer turns
+answers into bytes (a head built as one ``str`` and encoded once), streams
+chunked bodies, and waits while the peer is not reading its answers. It knows
+nothing of how requests are read (:mod:`gateway._server.parsing`).
 """
 
 from __future__ import annotations
@@ -22,13 +23,12 @@ from http import HTTPStatus
 from typing import Final
 
 from gateway._server.messages import (
-    AbortConnection,
     Request,
     Response,
     StreamingResponse,
     UnsafeHeader,
+    _Reject,
 )
-from gateway._server.parsing import _LINGER, _Reject, _RequestReading
 
 logger = logging.getLogger("gateway.http_server")
 
@@ -110,130 +110,68 @@ def _encode_head(
     return text.encode("latin-1")
 
 
-def _simple_response(status: int, message: str, close: bool) -> bytes:
+def simple_response(status: int, message: str, close: bool) -> bytes:
+    """A plain-text answer of the server's own (a refusal, an internal error)."""
     body = message.encode()
     framing = f"content-type: text/plain\r\ncontent-length: {len(body)}\r\n"
     framing += "connection: close\r\n\r\n" if close else "\r\n"
     return _encode_head(status, (), framing, "") + body
 
 
-class _ResponseWriting(_RequestReading):
-    """The writing half of a client connection (see :class:`gateway._server.http._Connection`)."""
+class ResponseWriter:
+    """The writing half of a client connection (see :class:`gateway._server.http._Connection`).
 
-    __slots__ = ()
+    A plain class: mypyc compiles this module, and only a class without a
+    Python base becomes a native class (fixed attribute slots, direct method
+    calls).
+    """
+
+    __slots__ = ("_drain_waiter", "_loop", "_server_line", "_transport", "paused", "paused_since")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, server_line: str) -> None:
+        self._loop = loop
+        self._server_line = server_line
+        self._transport: asyncio.Transport | None = None
+        # Set while the peer reads none of its answers (the transport's buffer is full).
+        self.paused = False
+        self.paused_since = 0.0
+        self._drain_waiter: asyncio.Future[None] | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+
+    def connection_lost(self) -> None:
+        waiter = self._drain_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(ConnectionResetError("connection lost"))
+            waiter.exception()  # mark retrieved: nobody may await it
+        self._transport = None
+
+    # write flow control ----------------------------------------------------
 
     def pause_writing(self) -> None:
-        # The peer is not reading its answers: stop reading its requests too,
-        # and start the write-progress clock.
-        self._write_paused = True
-        self._write_paused_since = self._loop.time()
-        self._update_reading()
+        """The peer is not reading its answers: start the write-progress clock."""
+        self.paused = True
+        self.paused_since = self._loop.time()
 
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        self._update_reading()
+    def wake_drain(self) -> None:
+        """Writing may go on (``paused`` is cleared): wake the answer waiting in drain."""
         waiter = self._drain_waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def _reject(self, transport: asyncio.Transport, reject: _Reject) -> None:
-        on_reject = self._server.on_reject
-        if on_reject is not None:
-            on_reject(reject.status, reject.message)
-        response = reject.response
-        if response is None:
-            transport.write(_simple_response(reject.status, reject.message, True))
-        else:
-            transport.write(self._encode_refusal(response))
-        # Nothing to linger for when the client has already stopped sending.
-        if not reject.linger or self._close_after:
-            transport.close()
-            return
-        self._close_lingering(transport)
-
-    def _close_lingering(self, transport: asyncio.Transport) -> None:
-        """Half-close, then read and drop what the client is still sending.
-
-        Bounded in bytes and time; the client reads the last answer instead of
-        the reset a close with unread bytes would send.
-        """
-        if not transport.can_write_eof():
-            transport.close()
-            return
+    async def drain(self) -> None:
+        if self._transport is None:
+            raise ConnectionResetError("connection lost")
+        waiter = self._drain_waiter = self._loop.create_future()
         try:
-            transport.write_eof()
-        except OSError:
-            # The client is gone already (ENOTCONN: it reset or timed out and closed
-            # while its answer was written): an ordinary close, not a worker failure.
-            transport.close()
-            return
-        self._phase = _LINGER
-        self._phase_since = self._loop.time()
-        self._reading_paused = False
-        transport.resume_reading()
+            await waiter
+        finally:
+            self._drain_waiter = None
 
-    def _encode_refusal(self, response: Response) -> bytes:
-        """A head check's refusal, the last answer on the connection."""
-        framing = f"content-length: {len(response.body)}\r\nconnection: close\r\n\r\n"
-        try:
-            head = _encode_head(
-                response.status,
-                response.headers,
-                framing,
-                self._server.server_line,
-                response.head_lines,
-            )
-        except (UnsafeHeader, ValueError):
-            logger.error("refused a head check's response with a bad status or header")
-            return _simple_response(500, "internal server error", True)
-        return head + response.body
+    # answers ---------------------------------------------------------------
 
-    async def _respond(self, request: Request) -> None:
-        try:
-            response = await self._server.handler(request)
-        except AbortConnection:
-            self.reset()
-            return
-        except Exception:
-            logger.exception("request handler failed: %s %s", request.method, request.path)
-            response = Response(500, (("content-type", "text/plain"),), b"internal server error")
-        transport = self._transport
-        if transport is None:
-            return
-        # Closing (the server, or this connection after EOF): the last queued
-        # answer says "close"; those before it keep the connection for the rest.
-        keep_alive = request.keep_alive and not (
-            (self._server.closing or self._server.draining or self._close_after) and not self._queue
-        )
-        try:
-            if isinstance(response, StreamingResponse):
-                await self._send_stream(request, response, keep_alive)
-                return
-            data = self._encode(request, response, keep_alive)
-        except UnsafeHeader:
-            # Fail closed: the header is never written. Not a traceback: the
-            # value came from elsewhere (an upstream, a cache) and is refused.
-            logger.error(
-                "refused a response header holding CR, LF or NUL for %s %s",
-                request.method,
-                request.path,
-            )
-            data = _simple_response(500, "internal server error", not keep_alive)
-        except Exception:
-            logger.exception("bad response for %s %s", request.method, request.path)
-            data = _simple_response(500, "internal server error", not keep_alive)
-        transport.write(data)
-        if not keep_alive:
-            if self._server.closing:
-                # The client may be sending a request right now: it gets to
-                # read this answer and its "close" rather than a reset.
-                self._close_lingering(transport)
-            else:
-                transport.close()
-        elif self._write_paused:
-            await self._drain()
-
-    def _encode(self, request: Request, response: Response, keep_alive: bool) -> bytes:
+    def encode(self, request: Request, response: Response, keep_alive: bool) -> bytes:
         body = response.body
         status = response.status
         # 1xx and 204 never carry Content-Length (RFC 9110 8.6); nor does our
@@ -246,14 +184,34 @@ class _ResponseWriting(_RequestReading):
             status,
             response.headers,
             framing + "\r\n",
-            self._server.server_line,
+            self._server_line,
             response.head_lines,
         )
         if request.method == "HEAD" or bodiless:
             return head
         return head + body
 
-    async def _send_stream(
+    def encode_refusal(self, reject: _Reject) -> bytes:
+        """The answer to a refused request, the last on its connection."""
+        response = reject.response
+        if response is None:
+            return simple_response(reject.status, reject.message, True)
+        # A head check's own refusal.
+        framing = f"content-length: {len(response.body)}\r\nconnection: close\r\n\r\n"
+        try:
+            head = _encode_head(
+                response.status,
+                response.headers,
+                framing,
+                self._server_line,
+                response.head_lines,
+            )
+        except (UnsafeHeader, ValueError):
+            logger.error("refused a head check's response with a bad status or header")
+            return simple_response(500, "internal server error", True)
+        return head + response.body
+
+    async def send_stream(
         self, request: Request, response: StreamingResponse, keep_alive: bool
     ) -> None:
         chunked = request.http_version != "1.0"
@@ -261,16 +219,14 @@ class _ResponseWriting(_RequestReading):
         framing = "transfer-encoding: chunked\r\n" if chunked else ""
         if not keep_alive:
             framing += "connection: close\r\n"
-        head = _encode_head(
-            response.status, response.headers, framing + "\r\n", self._server.server_line
-        )
+        head = _encode_head(response.status, response.headers, framing + "\r\n", self._server_line)
         self._write(head)
         try:
             async for chunk in response.chunks:
                 if chunk:
                     self._write(b"%x\r\n%b\r\n" % (len(chunk), chunk) if chunked else chunk)
-                    if self._write_paused:
-                        await self._drain()
+                    if self.paused:
+                        await self.drain()
         except (asyncio.CancelledError, ConnectionError):
             raise
         except Exception:
@@ -287,17 +243,6 @@ class _ResponseWriting(_RequestReading):
         if self._transport is None:
             raise ConnectionResetError("connection lost")
         self._transport.write(data)
-
-    async def _drain(self) -> None:
-        if self._transport is None:
-            raise ConnectionResetError("connection lost")
-        waiter = self._drain_waiter = self._loop.create_future()
-        try:
-            await waiter
-        finally:
-            self._drain_waiter = None
-
-    # control ---------------------------------------------------------------
 
     def reset(self) -> None:
         """Abort with RST: SO_LINGER 0 makes close() drop the connection."""

@@ -509,3 +509,30 @@ async def test_a_client_gone_before_the_half_close_is_an_ordinary_close(
         server.closing = False
         await server.close(grace=1.0)
     assert [r for r in caplog.records if r.name == "gateway.http_server"] == []
+
+
+async def test_a_limit_is_answered_as_such_while_the_thread_handles_an_exception() -> None:
+    """httptools returns a callback's exception as its error's ``__context__``, which
+    Python replaces when that error is raised while another exception is handled: the
+    413 read back from there became "400 malformed HTTP request"."""
+
+    async def handler(request: Request) -> Response:
+        return Response(200, [], b"ok")
+
+    server = await start_server(handler, "127.0.0.1", 0, limits=LIMITS)
+    transport = _GoneTransport()
+    try:
+        connection = server._new_connection()
+        connection.connection_made(transport)  # type: ignore[arg-type]
+        try:
+            raise KeyError("handled while the bytes arrive")
+        except KeyError:
+            connection.data_received(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 5000\r\n\r\n")
+        for _ in range(50):
+            if transport.closed:
+                break
+            await asyncio.sleep(0.01)
+        assert transport.written.startswith(b"HTTP/1.1 413 ")
+        connection.connection_lost(None)
+    finally:
+        await server.close(grace=1.0)
