@@ -33,8 +33,8 @@ from gateway.emulator import Emulator, EmulatorConfig
 from gateway.emulator._runtime_config import GATEWAY_OWN_ERROR_CODES, ROUTER_ERROR_CODES
 from gateway.sidecar import Sidecar
 from gateway.sidecar._config import SidecarConfig
+from tests.gateway.invoke.test_runtimes_client import _EchoingServer
 from tests.gateway.test_errors_runtimes import EXPECTED as RETRYABLE_BY_CODE
-from tests.gateway.test_runtimes_client import _EchoingServer
 
 pytestmark = pytest.mark.newer_runtimes
 

@@ -17,8 +17,8 @@ import pytest
 from gateway.sidecar import Sidecar
 from gateway.sidecar._logging import JsonFormatter
 from tests._echoing_upstream import SECRETS, echoing_upstream, holds
-from tests.gateway.test_redaction import _span_text
-from tests.gateway.test_redaction import spans as spans  # a fixture
+from tests.gateway.invoke.test_redaction import _span_text
+from tests.gateway.invoke.test_redaction import spans as spans  # a fixture
 
 TOKEN_HEADER = "x-amzn-sagemaker-customer-identity-token"
 ATTRIBUTES_HEADER = "x-amzn-sagemaker-custom-attributes"

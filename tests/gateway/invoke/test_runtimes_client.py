@@ -571,7 +571,7 @@ def test_an_older_botocore_names_the_release_each_new_operation_needs(tmp_path: 
     shutil.copytree(builtin / "sagemaker-runtime", old / "sagemaker-runtime")
     completed = subprocess.run(
         [sys.executable, "-c", _OLD_BOTOCORE_CHILD, str(old)],
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=Path(__file__).resolve().parents[3],
         capture_output=True,
         text=True,
         timeout=60,

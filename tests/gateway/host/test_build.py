@@ -16,7 +16,7 @@ def test_the_hot_path_is_one_build_not_a_mix() -> None:
 
 
 def test_every_listed_module_exists_and_setup_reads_the_list() -> None:
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     for path in _build.HOT_PATH:
         assert (root / path).is_file(), path
     assert "gateway/_host/build.py" in (root / "setup.py").read_text()
@@ -45,7 +45,7 @@ def test_an_edited_source_makes_its_compiled_module_stale(
 
 
 def test_every_compiled_module_says_so_in_its_first_lines() -> None:
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     for path in _build.HOT_PATH:
         first_line = (root / path).read_text().splitlines()[0]
         assert first_line.startswith("# Compiled with mypyc"), path

@@ -21,7 +21,7 @@ from gateway._aws.models import (
     service_model,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.newer_runtimes

@@ -16,7 +16,7 @@ from gateway.rtb import FilterPolicy
 from gateway.sidecar import RtbConfig, SidecarConfig
 from tests._source import parse_file
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RTB = {"bidders": ["http://bidder:8080"]}
 
 

@@ -32,7 +32,7 @@ from gateway._aws.models import MEMBER_SINCE
 from gateway._invoke.api import operation_table
 from tests._sagemaker_members import MEMBER_VALUES
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXTRA_MEMBER = "FraudTier"
 EXTRA_VALUE = "tier-7"
 TOKEN = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJjYWxsZXIifQ.c2lnbmF0dXJl"
@@ -200,7 +200,7 @@ def _run_child(tmp_path: Path, shape: str) -> tuple[dict[str, Any], dict[str, An
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
     ran = subprocess.run(
-        [sys.executable, "-m", "tests.gateway._model_shapes_child", str(spec_file)],
+        [sys.executable, "-m", "tests.gateway.aws._model_shapes_child", str(spec_file)],
         env=env,
         cwd=ROOT,
         capture_output=True,

@@ -23,7 +23,7 @@ import botocore.session
 
 from gateway._aws.models import MEMBER_SINCE
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 OLDEST = "1.34.0"
 NEWER_RUNTIMES = ("sagemaker-inference-router-runtime", "sagemaker-gateway-runtime")
 
