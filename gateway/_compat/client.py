@@ -126,10 +126,8 @@ class RuntimeClient:
         if self._owns_gateway:
             await self._gateway.aclose()
 
-    async def _api_call(self, spec: MethodSpec, params: dict[str, Any]) -> dict[str, Any]:
-        """One call of ``spec``'s operation, between botocore's events once any are wanted."""
-        if not self.meta.events.active:
-            return await self._make_api_call(spec, params)
+    async def _call_with_events(self, spec: MethodSpec, params: dict[str, Any]) -> dict[str, Any]:
+        """One call of ``spec``'s operation between botocore's events (once any are wanted)."""
         call = functools.partial(self._make_api_call, spec)
         url = functools.partial(self._url, spec.operation)
         return await with_events(self.meta.events, self.meta.region_name, spec, url, params, call)
@@ -182,7 +180,9 @@ class RuntimeClient:
 
 def _api_method(spec: MethodSpec) -> Callable[..., Coroutine[Any, Any, dict[str, Any]]]:
     async def api_call(self: RuntimeClient, **params: Any) -> dict[str, Any]:
-        return await self._api_call(spec, params)
+        if self.meta.events.active:
+            return await self._call_with_events(spec, params)
+        return await self._make_api_call(spec, params)
 
     api_call.__name__ = api_call.__qualname__ = spec.method
     api_call.__doc__ = (
