@@ -15,6 +15,7 @@ import pytest
 from botocore.config import Config
 
 from gateway import Gateway, compat
+from gateway._compat.request import method_specs
 from gateway.emulator import Emulator, EmulatorConfig
 from gateway.emulator._errors import ERROR_CODES
 from tests._peers import require_peers
@@ -480,7 +481,7 @@ async def test_exceptions_are_built_once_per_session(clients: Clients, emulator:
 def test_every_botocore_member_is_a_parameter() -> None:
     """A botocore upgrade that adds a member fails here until compat passes it on."""
     model = botocore.session.get_session().get_service_model("sagemaker-runtime")
-    operations = {op.name: op for op in (compat._INVOKE, compat._STREAM, compat._ASYNC)}
+    operations = {op.name: op for op in method_specs("sagemaker-runtime")}
     assert set(operations) == set(model.operation_names)
     for name, operation in operations.items():
         members = set(model.operation_model(name).input_shape.members)

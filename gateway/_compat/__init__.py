@@ -1,0 +1,1 @@
+"""The parts of ``gateway.compat``: botocore's runtime clients built from the operation table."""
