@@ -28,21 +28,16 @@ from prometheus_client import (
 )
 
 from gateway import errors
-from gateway._aws.models import GATEWAY_RUNTIME, INFERENCE_ROUTER_RUNTIME, service_model
+from gateway._aws.models import INFERENCE_ROUTER_RUNTIME, SAGEMAKER_RUNTIME, service_model
 from gateway._client import Gateway
 from gateway._invoke.api import (
+    BODY,
     INVOKE,
-    INVOKE_ASYNC,
-    INVOKE_GLOBAL_GATEWAY,
-    INVOKE_GLOBAL_GATEWAY_STREAM,
-    INVOKE_ROUTER,
-    INVOKE_ROUTER_ASYNC,
-    INVOKE_STREAM,
     RESULT_MEMBERS,
+    STREAM,
     AsyncInvocation,
     InvokeResult,
     Operation,
-    operation_table,
     safe_request_id,
     secrets_in_headers,
 )
@@ -60,6 +55,7 @@ from gateway.sidecar._errors import (
 )
 from gateway.sidecar._logging import AccessLog
 from gateway.sidecar._metrics import SidecarMetrics
+from gateway.sidecar._paths import PATHS, Action
 from gateway.sidecar._relay import aclose, relay
 from gateway.sidecar._rtb import RtbProxy
 
@@ -76,39 +72,7 @@ TIMEOUT_HEADER: Final = "x-gateway-timeout-ms"
 _CACHE_CONTROL: Final = "cache-control"
 _USER_AGENT: Final = "user-agent"
 _SAGEMAKER_PREFIX: Final = "x-amzn-sagemaker-"
-_STREAM_ATTRIBUTES: Final = INVOKE_STREAM.index("CustomAttributes")
 
-_INVOKE: Final = "invoke"
-_STREAM: Final = "stream"
-_ASYNC: Final = "async"
-_ACTIONS: Final = {
-    "invocations": _INVOKE,
-    "invocations-response-stream": _STREAM,
-    "async-invocations": _ASYNC,
-}
-# The inference router and Global Inference Gateway runtimes on the same port:
-# path prefix -> {action: (operation label, service, operation)}.
-_ROUTER_PREFIX: Final = "/inference-routers/"
-_GATEWAY_PREFIX: Final = "/global-inference-gateway/"
-_ROUTER: Final = "router"
-_ROUTER_ASYNC: Final = "router_async"
-_GLOBAL: Final = "global_gateway"
-_GLOBAL_STREAM: Final = "global_gateway_stream"
-_RUNTIME_ACTIONS: Final = {
-    _ROUTER_PREFIX: {"invocations": _ROUTER, "async-invocations": _ROUTER_ASYNC},
-    _GATEWAY_PREFIX: {
-        "invocations": _GLOBAL,
-        "invocations-response-stream": _GLOBAL_STREAM,
-    },
-}
-# Each runtime operation's service and name (the table entry is looked up per
-# call: an older botocore has none, and the Gateway then says which it needs).
-_RUNTIME_OPERATIONS: Final = {
-    _ROUTER: (INFERENCE_ROUTER_RUNTIME, INVOKE_ROUTER),
-    _ROUTER_ASYNC: (INFERENCE_ROUTER_RUNTIME, INVOKE_ROUTER_ASYNC),
-    _GLOBAL: (GATEWAY_RUNTIME, INVOKE_GLOBAL_GATEWAY),
-    _GLOBAL_STREAM: (GATEWAY_RUNTIME, INVOKE_GLOBAL_GATEWAY_STREAM),
-}
 _EVENTSTREAM: Final = ("Content-Type", "application/vnd.amazon.eventstream")
 _JSON: Final = ("Content-Type", "application/json")
 
@@ -179,9 +143,8 @@ class SidecarApp:
         self.in_flight = 0
         self.started = False
         self.busy_poll = BusyPoll(config.busy_poll_us / 1e6) if config.busy_poll_us else None
-        operations = (_INVOKE, _STREAM, _ASYNC, *_RUNTIME_OPERATIONS) + (
-            ("openrtb",) if rtb is not None else ()
-        )
+        labels = dict.fromkeys(action.label for action in PATHS.actions())
+        operations = (*labels, *(("openrtb",) if rtb is not None else ()))
         self.metrics = SidecarMetrics(
             lambda: self.in_flight,
             config.metrics_label_cap,
@@ -221,21 +184,17 @@ class SidecarApp:
         rtb = self.rtb
         if rtb is not None and path == rtb.path and request.method == "POST":
             return self._openrtb(rtb, request)
-        if path.startswith("/endpoints/"):
-            name, _, action = path[11:].partition("/")
-            operation = _ACTIONS.get(action)
-            if operation is not None and request.method == "POST":
-                return self._invocation(request, operation, name)
+        found = PATHS.find(path)
+        if found is not None:
+            action, name, service = found
+            if action is not None and request.method == "POST":
+                return self._invocation(request, action, name)
+            if service != SAGEMAKER_RUNTIME:
+                self.metrics.reject("unknown_operation")
+                refusal = runtime_refusal("UnknownOperationException", "Unknown operation", 404)
+                return _answered(refusal)
         elif path == "/ping" and request.method in ("GET", "HEAD"):
             return _answered(self._ping())
-        elif path.startswith(_ROUTER_PREFIX) or path.startswith(_GATEWAY_PREFIX):
-            prefix = _ROUTER_PREFIX if path.startswith(_ROUTER_PREFIX) else _GATEWAY_PREFIX
-            name, _, action = path[len(prefix) :].partition("/")
-            operation = _RUNTIME_ACTIONS[prefix].get(action)
-            if operation is not None and request.method == "POST":
-                return self._invocation(request, operation, name)
-            self.metrics.reject("unknown_operation")
-            return _answered(runtime_refusal("UnknownOperationException", "Unknown operation", 404))
         self.metrics.reject("unknown_operation")
         return _answered(error_response("UnknownOperationException", "Unknown operation", 404))
 
@@ -281,10 +240,10 @@ class SidecarApp:
         return response
 
     async def _invocation(
-        self, request: Request, operation: str, name: str
+        self, request: Request, action: Action, name: str
     ) -> Response | StreamingResponse:
         started = time.perf_counter()
-        refused = self._admit(request, operation)
+        refused = self._admit(request, action.runtime_errors)
         if refused is not None:
             return refused
         if "%" in name:
@@ -294,11 +253,15 @@ class SidecarApp:
             busy_poll.touch()
         self.in_flight += 1
         try:
-            if operation == _INVOKE:
+            operation = action.operation
+            if operation is None:
+                service_model(action.service)  # an older botocore: the error naming the release
+                raise AssertionError(f"{action.service} is missing from botocore's models")
+            members, timeout, cache, agent = self._members(request.headers, operation)
+            if action.answer == BODY:
                 # Inline, not a method: one coroutine less on every invocation.
-                members, timeout, cache, agent = self._members(request.headers, INVOKE)
                 result = await self._gw.call(
-                    INVOKE,
+                    operation,
                     name,
                     request.body,
                     members,
@@ -306,30 +269,28 @@ class SidecarApp:
                     cache=cache,
                     user_agent=agent,
                 )
-                response: Response | StreamingResponse = _result_response(
-                    cast(InvokeResult, result)
+                response: Response | StreamingResponse = _body_response(
+                    cast(InvokeResult, result), action
                 )
-            elif operation == _STREAM:
-                response = await self._stream(request, name)
-            elif operation == _ASYNC:
-                response = await self._async(request, name)
+            elif action.answer == STREAM:
+                response = await self._stream(request, action, name, members, timeout, agent)
             else:
-                response = await self._runtime(request, operation, name)
+                response = await self._queued(request, action, name, members, timeout, agent)
         except errors.GatewayError as error:
-            response = _error_answer(error, operation)
+            response = _error_answer(error, action)
         except _BadRequest as error:
-            code = "ValidationException" if operation in _RUNTIME_OPERATIONS else "ValidationError"
-            response = _refusal(operation, code, str(error), 400)
+            code = "ValidationException" if action.runtime_errors else "ValidationError"
+            response = _refusal(action.runtime_errors, code, str(error), 400)
         except Exception as error:
             # A bug, not a SageMaker answer: say InternalFailure, keep the trace.
             logger.exception("invocation failed unexpectedly", extra={"route": name})
-            response = _error_answer(error, operation)
+            response = _error_answer(error, action)
         finally:
             self.in_flight -= 1
         if busy_poll is not None:
             busy_poll.touch()
         self.metrics.record(
-            operation,
+            action.label,
             self.metrics.route_label(name),
             response.status,
             time.perf_counter() - started,
@@ -341,7 +302,7 @@ class SidecarApp:
     async def _openrtb(self, rtb: RtbProxy, request: Request) -> Response:
         """Proxy mode: score, then 204 or the bidder's answer (see ``_rtb``)."""
         started = time.perf_counter()
-        refused = self._admit(request, "openrtb")
+        refused = self._admit(request, False)
         if refused is not None:
             return refused
         busy_poll = self.busy_poll
@@ -368,18 +329,18 @@ class SidecarApp:
         )
         return response
 
-    def _admit(self, request: Request, operation: str) -> Response | None:
+    def _admit(self, request: Request, runtime_errors: bool) -> Response | None:
         """Refuse before any work: in-flight cap, then inbound auth (in the error shape
-        of ``operation``'s service)."""
+        of the operation's service: ``runtime_errors`` for the newer runtimes')."""
         if self.in_flight >= self._max_in_flight:
             self.metrics.reject("in_flight_cap")
-            return _refusal(operation, "ThrottlingException", "Rate exceeded", 429)
+            return _refusal(runtime_errors, "ThrottlingException", "Rate exceeded", 429)
         if self._authenticate is not None:
             try:
                 self._authenticate(request)
             except SigV4Rejected as rejected:
                 self.metrics.reject("auth")
-                return _refusal(operation, rejected.code, rejected.message, rejected.status)
+                return _refusal(runtime_errors, rejected.code, rejected.message, rejected.status)
         return None
 
     def _members(
@@ -421,12 +382,20 @@ class SidecarApp:
 
     # -- operations ----------------------------------------------------------
 
-    async def _stream(self, request: Request, name: str) -> Response | StreamingResponse:
-        members, timeout, _, agent = self._members(request.headers, INVOKE_STREAM)
+    async def _stream(
+        self,
+        request: Request,
+        action: Action,
+        name: str,
+        members: tuple[object, ...],
+        timeout: float | None,
+        agent: str | None,
+    ) -> Response | StreamingResponse:
+        assert action.operation is not None
         parts = cast(
             InvokeStream,
             await self._gw.call(
-                INVOKE_STREAM, name, request.body, members, timeout=timeout, user_agent=agent
+                action.operation, name, request.body, members, timeout=timeout, user_agent=agent
             ),
         )
         # Wait for the first part, so that an error before any byte is sent
@@ -438,16 +407,25 @@ class SidecarApp:
         except BaseException:
             await aclose(parts)
             raise
-        headers = _stream_headers(parts, members)
+        headers = _stream_headers(parts, action.operation, members)
         return StreamingResponse(relay(self, parts, first), 200, headers)
 
-    async def _async(self, request: Request, name: str) -> Response:
-        members, timeout, _, agent = self._members(request.headers, INVOKE_ASYNC)
+    async def _queued(
+        self,
+        request: Request,
+        action: Action,
+        name: str,
+        members: tuple[object, ...],
+        timeout: float | None,
+        agent: str | None,
+    ) -> Response:
+        operation = action.operation
+        assert operation is not None
+        # An inline body where the operation has one (InvokeEndpointAsync's); else S3's.
+        body = (request.body or None) if "Body" in operation.by_name else None
         answer = cast(
             AsyncInvocation,
-            await self._gw.call(
-                INVOKE_ASYNC, name, request.body or None, members, timeout=timeout, user_agent=agent
-            ),
+            await self._gw.call(operation, name, body, members, timeout=timeout, user_agent=agent),
         )
         headers = [_JSON, ("x-amzn-RequestId", answer.request_id or new_request_id())]
         if answer.output_location is not None:
@@ -456,43 +434,6 @@ class SidecarApp:
             headers.append(("X-Amzn-SageMaker-FailureLocation", answer.failure_location))
         answer_body = {"InferenceId": answer.inference_id} if answer.inference_id else {}
         return Response(202, headers, orjson.dumps(answer_body))
-
-    async def _runtime(
-        self, request: Request, operation: str, name: str
-    ) -> Response | StreamingResponse:
-        """An inference router's or a Global Inference Gateway's operation, relayed."""
-        service, operation_name = _RUNTIME_OPERATIONS[operation]
-        table = operation_table().get((service, operation_name))
-        if table is None:
-            service_model(service)  # an older botocore: the error naming the release
-            raise AssertionError(f"{operation_name} is missing from a model botocore has")
-        members, timeout, _, agent = self._members(request.headers, table)
-        body = request.body if table.by_name.get("Body") is not None else None
-        answer = await self._gw.call(table, name, body, members, timeout=timeout, user_agent=agent)
-        if operation == _ROUTER:
-            return _router_response(cast(InvokeResult, answer))
-        if operation == _GLOBAL:
-            return _result_response(cast(InvokeResult, answer))
-        if operation == _GLOBAL_STREAM:
-            parts = cast(InvokeStream, answer)
-            try:
-                first: bytes | None = await anext(parts)
-            except StopAsyncIteration:
-                first = None
-            except BaseException:
-                await aclose(parts)
-                raise
-            request_id = parts.response_headers.get("x-amzn-requestid")
-            headers = [_EVENTSTREAM, ("x-amzn-RequestId", request_id or new_request_id())]
-            return StreamingResponse(relay(self, parts, first), 200, headers)
-        queued = cast(AsyncInvocation, answer)
-        async_headers = [_JSON, ("x-amzn-RequestId", queued.request_id or new_request_id())]
-        if queued.output_location is not None:
-            async_headers.append(("X-Amzn-SageMaker-OutputLocation", queued.output_location))
-        if queued.failure_location is not None:
-            async_headers.append(("X-Amzn-SageMaker-FailureLocation", queued.failure_location))
-        answer_body = {"InferenceId": queued.inference_id} if queued.inference_id else {}
-        return Response(202, async_headers, orjson.dumps(answer_body))
 
     # -- operations endpoints ---------------------------------------------------
 
@@ -528,19 +469,26 @@ async def _answered(response: Response) -> Response:
     return response
 
 
-def _refusal(operation: str, code: str, message: str, status: int) -> Response:
+def _refusal(runtime_errors: bool, code: str, message: str, status: int) -> Response:
     """The sidecar's own refusal of a call, in its service's shape (the new runtimes
     name the message ``Message``)."""
-    if operation in _RUNTIME_OPERATIONS:
+    if runtime_errors:
         return runtime_refusal(code, message, status)
     return error_response(code, message, status)
 
 
-def _error_answer(error: BaseException, operation: str) -> Response:
+def _error_answer(error: BaseException, action: Action) -> Response:
     """The answer for an error of a call: in its runtime's vocabulary, else SageMaker's."""
-    if operation in _RUNTIME_OPERATIONS:
-        return runtime_error_response(error, _RUNTIME_OPERATIONS[operation][0])
+    if action.runtime_errors:
+        return runtime_error_response(error, action.service)
     return gateway_error_response(error)
+
+
+def _body_response(result: InvokeResult, action: Action) -> Response:
+    """A body answer: an inference router's carries where it routed the call."""
+    if action.service == INFERENCE_ROUTER_RUNTIME:
+        return _router_response(result)
+    return _result_response(result)
 
 
 def _configured_routes(gateway: Gateway) -> list[str] | None:
@@ -592,57 +540,44 @@ def _router_response(result: InvokeResult) -> Response:
     return Response(200, headers, result.body)
 
 
-# Upstream response headers a stream answer passes on (the model's header members).
-_STREAM_RESPONSE_HEADERS = tuple(
-    (m.header, m.wire_header) for m in INVOKE_STREAM.response if m.location == "header"
-)
-
-
-def _stream_headers(parts: object, members: tuple[object, ...]) -> list[tuple[str, str]]:
-    """The stream answer's head: the upstream's headers if Gateway exposes them.
-
-    ``Gateway.invoke_stream`` yields only payload bytes today; a stream object
-    with a ``response_headers`` mapping (lower-case names) is used when present.
-    Without it, the custom attributes are echoed as SageMaker would.
-    """
-    upstream: Mapping[str, str] | None = getattr(parts, "response_headers", None)
-    request_id = upstream.get("x-amzn-requestid") if upstream else None
+def _stream_headers(
+    parts: InvokeStream, operation: Operation, members: tuple[object, ...]
+) -> list[tuple[str, str]]:
+    """The stream answer's head: the request id and the operation's header members the
+    upstream sent (its custom attributes echoed, as SageMaker does, when it sent none)."""
+    upstream = parts.response_headers
+    request_id = upstream.get("x-amzn-requestid")
     headers = [_EVENTSTREAM, ("x-amzn-RequestId", request_id or new_request_id())]
     if upstream:
         headers.extend(
-            (wire_name, upstream[name])
-            for name, wire_name in _STREAM_RESPONSE_HEADERS
-            if name in upstream
+            (member.wire_header, upstream[member.header])
+            for member in operation.response
+            if member.location == "header" and member.header in upstream
         )
-    elif _STREAM_ATTRIBUTES >= 0 and (attributes := members[_STREAM_ATTRIBUTES]) is not None:
-        headers.append(("X-Amzn-SageMaker-Custom-Attributes", str(attributes)))
+    elif (place := operation.index("CustomAttributes")) >= 0 and members[place] is not None:
+        headers.append(("X-Amzn-SageMaker-Custom-Attributes", str(members[place])))
     return headers
 
 
 def _route_of(path: str) -> str | None:
     """The route of an invocation path (an endpoint or router name, a gateway id), None for
     other paths."""
-    if path.startswith("/endpoints/"):
-        rest = path[11:]
-    elif path.startswith(_ROUTER_PREFIX):
-        rest = path[len(_ROUTER_PREFIX) :]
-    elif path.startswith(_GATEWAY_PREFIX):
-        rest = path[len(_GATEWAY_PREFIX) :]
-    else:
+    found = PATHS.find(path)
+    if found is None:
         return None
-    name = rest.partition("/")[0]
+    name = found[1]
     return unquote(name) if "%" in name else name
 
 
 def _span_route(path: str) -> str:
     # Low-cardinality span names: the endpoint, router or gateway is in url.path.
-    if path.startswith("/endpoints/"):
-        return "/endpoints/{name}/" + path[11:].partition("/")[2]
-    if path.startswith(_ROUTER_PREFIX):
-        return _ROUTER_PREFIX + "{name}/" + path[len(_ROUTER_PREFIX) :].partition("/")[2]
-    if path.startswith(_GATEWAY_PREFIX):
-        return _GATEWAY_PREFIX + "{id}/" + path[len(_GATEWAY_PREFIX) :].partition("/")[2]
-    return path
+    found = PATHS.find(path)
+    if found is None:
+        return path
+    action, name, _ = found
+    if action is not None and action.operation is not None:
+        return action.span_route
+    return path.replace(name, "{name}", 1) if name else path
 
 
 def _error_code(response: Response | StreamingResponse) -> str | None:

@@ -23,46 +23,21 @@ from __future__ import annotations
 from typing import Final
 
 from gateway._aws.models import GATEWAY_RUNTIME, INFERENCE_ROUTER_RUNTIME
-from gateway._invoke.api import (
-    INVOKE_GLOBAL_GATEWAY,
-    INVOKE_GLOBAL_GATEWAY_STREAM,
-    INVOKE_ROUTER,
-    INVOKE_ROUTER_ASYNC,
-    MAX_PAYLOAD_BYTES,
-    body_limit,
-    operation_table,
-)
+from gateway._invoke.api import MAX_PAYLOAD_BYTES
 from gateway._server.http import Response
 from gateway.sidecar._errors import payload_too_large
+from gateway.sidecar._paths import PATHS
 
 __all__ = ["OperationBodyLimits", "operation_limits"]
 
-_MIB: Final = 1024 * 1024
-# What the runtimes' documentation states, for a botocore whose model lacks them.
-_DOCUMENTED: Final = {INFERENCE_ROUTER_RUNTIME: 6 * _MIB, GATEWAY_RUNTIME: 10 * _MIB}
-ENDPOINTS: Final = "/endpoints/"
-ROUTERS: Final = "/inference-routers/"
-GATEWAYS: Final = "/global-inference-gateway/"
-# (service, operation) per path prefix and action, as the app routes them.
-_RUNTIME_PATHS: Final = {
-    (ROUTERS, "invocations"): (INFERENCE_ROUTER_RUNTIME, INVOKE_ROUTER),
-    (ROUTERS, "async-invocations"): (INFERENCE_ROUTER_RUNTIME, INVOKE_ROUTER_ASYNC),
-    (GATEWAYS, "invocations"): (GATEWAY_RUNTIME, INVOKE_GLOBAL_GATEWAY),
-    (GATEWAYS, "invocations-response-stream"): (GATEWAY_RUNTIME, INVOKE_GLOBAL_GATEWAY_STREAM),
-}
 # The prefix of every message the Global Inference Gateway answers of its own.
 _GATEWAY_OWN: Final = "Global Inference Gateway: "
-_ENDPOINT_ACTIONS: Final = ("invocations", "invocations-response-stream", "async-invocations")
 
 
-def operation_limits() -> dict[tuple[str, str], int]:
-    """Each operation's own limit, by (path prefix, action)."""
-    limits = {(ENDPOINTS, action): MAX_PAYLOAD_BYTES for action in _ENDPOINT_ACTIONS}
-    table = operation_table()
-    for key, (service, operation) in _RUNTIME_PATHS.items():
-        op = table.get((service, operation))
-        limits[key] = body_limit(op) if op is not None else _DOCUMENTED[service]
-    return limits
+def operation_limits() -> dict[str, int]:
+    """Each operation's own limit, by its span route (``/endpoints/{name}/invocations``),
+    read from the operation table."""
+    return {action.span_route: action.limit for action in PATHS.actions()}
 
 
 class OperationBodyLimits:
@@ -82,25 +57,19 @@ class OperationBodyLimits:
         self.largest = max(limits)
 
     def limit(self, path: str) -> int:
-        prefix = _prefix(path)
-        if prefix is None:
+        found = PATHS.find(path)
+        action = None if found is None else found[0]
+        if action is None:
             return self._other
-        action = path[len(prefix) :].partition("/")[2]
-        return self._by_path.get((prefix, action), self._other)
+        return self._by_path.get(action.span_route, self._other)
 
     def refusal(self, path: str, limit: int) -> Response | None:
-        prefix = _prefix(path)
-        if prefix == ROUTERS:
+        found = PATHS.find(path)
+        service = None if found is None else found[2]
+        if service == INFERENCE_ROUTER_RUNTIME:
             message = f"The request body exceeds the inference router's limit of {limit} bytes."
             return payload_too_large(message)
-        if prefix == GATEWAYS:
+        if service == GATEWAY_RUNTIME:
             message = f"{_GATEWAY_OWN}the request body exceeds the limit of {limit} bytes"
             return payload_too_large(message)
         return None  # SageMaker Runtime's own 413, and the OpenRTB path's
-
-
-def _prefix(path: str) -> str | None:
-    for prefix in (ENDPOINTS, ROUTERS, GATEWAYS):
-        if path.startswith(prefix):
-            return prefix
-    return None

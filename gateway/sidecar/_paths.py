@@ -1,0 +1,130 @@
+"""Which operation a request path names, read from the operation table.
+
+Each operation's ``uri`` in botocore's model (``/endpoints/{EndpointName}/invocations``)
+gives the path prefix and the action the sidecar serves it on; its answer's shape
+(a body, a stream, a queued invocation), its body limit, its metrics label and its
+span route follow from the same entry. An operation a newer botocore adds to a
+runtime is served on its own path with no change here.
+
+A botocore without a model of a runtime still has that runtime's prefix routed:
+its calls answer the error naming the release that has it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Final
+
+from gateway._aws.models import GATEWAY_RUNTIME, INFERENCE_ROUTER_RUNTIME, SAGEMAKER_RUNTIME
+from gateway._invoke.api import (
+    BODY,
+    MAX_PAYLOAD_BYTES,
+    QUEUED,
+    STREAM,
+    Operation,
+    answer_of,
+    body_limit,
+    operation_table,
+)
+
+__all__ = ["PATHS", "Action", "Paths", "label_of"]
+
+_MIB: Final = 1024 * 1024
+# A runtime's part of its operations' metrics labels ("router_async"); SageMaker
+# Runtime's operations are named by their answer's shape alone ("stream"), and
+# its plain InvokeEndpoint is "invoke".
+_SERVICE_LABELS: Final = {
+    SAGEMAKER_RUNTIME: "",
+    INFERENCE_ROUTER_RUNTIME: "router",
+    GATEWAY_RUNTIME: "global_gateway",
+}
+_ANSWER_LABELS: Final = {BODY: "", STREAM: "stream", QUEUED: "async"}
+# For a botocore with no model of a newer runtime: where its paths start, and the
+# body limit its documentation states.
+_WITHOUT_MODEL: Final = {
+    INFERENCE_ROUTER_RUNTIME: ("/inference-routers/", 6 * _MIB),
+    GATEWAY_RUNTIME: ("/global-inference-gateway/", 10 * _MIB),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One operation as the sidecar serves it."""
+
+    label: str  # the metrics label: "invoke", "router_async"...
+    service: str
+    operation: Operation | None  # None: the installed botocore has no model of its runtime
+    answer: str  # BODY, STREAM or QUEUED
+    limit: int  # the largest request body its path takes
+    span_route: str  # a low-cardinality span name: "/endpoints/{name}/invocations"
+
+    @property
+    def runtime_errors(self) -> bool:
+        """Whether its errors take the newer runtimes' shape (the message as ``Message``)."""
+        return self.service != SAGEMAKER_RUNTIME
+
+
+def label_of(service: str, answer: str) -> str:
+    """The metrics label of an operation of ``service`` answering ``answer``."""
+    parts = [_SERVICE_LABELS.get(service, service), _ANSWER_LABELS[answer]]
+    return "_".join(part for part in parts if part) or "invoke"
+
+
+def _action_of(operation: Operation) -> tuple[str, str, Action]:
+    uri = operation.uri
+    prefix = uri[: uri.index("{")]
+    action = uri.partition("}/")[2]
+    answer = answer_of(operation)
+    # A path takes at least SageMaker's 6 MiB: a smaller limit of the operation's own
+    # (InvokeEndpointAsync's inline body) is refused by the call, in its service's shape.
+    limit = max(body_limit(operation), MAX_PAYLOAD_BYTES)
+    placeholder = "{id}" if operation.uri_member.endswith("Id") else "{name}"
+    label = label_of(operation.service.name, answer)
+    served = Action(
+        label, operation.service.name, operation, answer, limit, f"{prefix}{placeholder}/{action}"
+    )
+    return prefix, action, served
+
+
+class Paths:
+    """Every operation's path prefix and action, from the installed botocore's models."""
+
+    __slots__ = ("by_prefix", "services", "without_model")
+
+    def __init__(self) -> None:
+        self.by_prefix: dict[str, dict[str, Action]] = {}
+        self.services: dict[str, str] = {}  # prefix -> its runtime
+        for operation in operation_table().values():
+            prefix, action, served = _action_of(operation)
+            self.by_prefix.setdefault(prefix, {})[action] = served
+            self.services[prefix] = served.service
+        # A runtime the installed botocore lacks: one action answers all its paths.
+        self.without_model: dict[str, Action] = {}
+        modelled = {op.service.name for op in operation_table().values()}
+        for service, (prefix, limit) in _WITHOUT_MODEL.items():
+            if service not in modelled:
+                label = _SERVICE_LABELS[service]
+                span_route = f"{prefix}{{name}}/"
+                self.without_model[prefix] = Action(label, service, None, BODY, limit, span_route)
+
+    def find(self, path: str) -> tuple[Action | None, str, str] | None:
+        """``path``'s action (None: an action its runtime has not), the name it holds and
+        its runtime; None for a path under no runtime's prefix."""
+        for prefix, actions in self.by_prefix.items():
+            if path.startswith(prefix):
+                name, _, action = path[len(prefix) :].partition("/")
+                served = actions.get(action)
+                return served, name, self.services[prefix]
+        for prefix, without in self.without_model.items():
+            if path.startswith(prefix):
+                return without, path[len(prefix) :].partition("/")[0], without.service
+        return None
+
+    def actions(self) -> Iterator[Action]:
+        for actions in self.by_prefix.values():
+            yield from actions.values()
+        yield from self.without_model.values()
+
+
+PATHS: Final = Paths()
