@@ -112,6 +112,13 @@ def _breaks(rule: str, module: str, name: str) -> bool:
             "gateway._invoke.cached",
         )
         return _within(module, "gateway._server") and _within(name, *client)
+    if rule == "observing imports no part of the call pipeline but the operation table":
+        pipeline = ("gateway._client", "gateway._invoke", "gateway.compat")
+        return (
+            _within(module, "gateway._observe")
+            and _within(name, *pipeline)
+            and not _within(name, "gateway._invoke.api")
+        )
     raise AssertionError(rule)
 
 
@@ -123,6 +130,7 @@ RULES = [
     "the HTTP layer knows no SageMaker and no client",
     "the AWS protocols sit at the bottom",
     "the server kit never imports the client",
+    "observing imports no part of the call pipeline but the operation table",
 ]
 
 
@@ -141,6 +149,10 @@ def test_the_checker_sees_a_forbidden_import(tmp_path: Path) -> None:
     assert _breaks(RULES[0], "gateway.routing._route", "gateway._client")
     assert _breaks(RULES[0], "gateway.routing._route", "gateway.cache")
     assert not _breaks(RULES[0], "gateway.routing._route", "gateway.errors")
+    observing = RULES[7]
+    assert _breaks(observing, "gateway._observe.tracing", "gateway._invoke.runtimes")
+    assert _breaks(observing, "gateway._observe.prometheus", "gateway._client.Gateway")
+    assert not _breaks(observing, "gateway._observe.tracing", "gateway._invoke.api")
 
 
 def imports_of_foreign(path: Path, as_module: str) -> set[str]:
