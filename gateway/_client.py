@@ -61,15 +61,9 @@ from gateway._invoke.runtimes import (
 )
 from gateway._invoke.streaming import InvokeStream, payload_parts
 from gateway._invoke.target_plans import TargetPlanner
-from gateway._observe.events import (
-    Emit,
-    Event,
-    Hook,
-    Instrumentation,
-    StateLog,
-    circuit_event,
-    health_event,
-)
+from gateway._observe.events import Emit, Event, circuit_event, health_event
+from gateway._observe.hooks import Hook, Instrumentation
+from gateway._observe.logs import StateLog
 from gateway._observe.metrics import GatewayMetrics
 from gateway._observe.prometheus import gateway_collector, gateway_metrics
 from gateway._observe.tracing import tracing_hook

@@ -24,13 +24,12 @@ from gateway._observe.events import (
     Event,
     HedgeFired,
     HedgeLost,
-    Instrumentation,
-    RateLimiter,
     RetryScheduled,
-    StateLog,
     TargetEjected,
     TargetReadmitted,
 )
+from gateway._observe.hooks import Instrumentation
+from gateway._observe.logs import RateLimiter, StateLog
 from gateway._observe.metrics import OTHER, UNCONFIGURED, GatewayMetrics
 from gateway.emulator import Emulator, EmulatorConfig
 from gateway.routing import TargetHealth
