@@ -155,9 +155,9 @@ FEATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "metrics (sidecar's and the gateway's hook)",
         (
-            "CPyDef_sidecar____metrics___SidecarMetrics___record",
-            "CPyDef_sidecar____metrics___SidecarMetrics___route_label",
-            "CPyDef_gateway____metrics___GatewayMetrics_____call__",
+            "CPyDef__metrics___SidecarMetrics___record",
+            "CPyDef__metrics___SidecarMetrics___route_label",
+            "CPyDef_prometheus___GatewayMetrics_____call__",
         ),
     ),
     ("request timeout (deadline wheel)", ("CPyDef_pool___DeadlineWheel___arm",)),

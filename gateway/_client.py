@@ -46,16 +46,10 @@ from gateway._invoke.api import (
 from gateway._invoke.context import assemble
 from gateway._invoke.streaming import InvokeStream
 from gateway._invoke.typed import TypedOperations
-from gateway._observe.events import (
-    Event,
-    Hook,
-    Instrumentation,
-    StateLog,
-    circuit_event,
-    health_event,
-)
-from gateway._observe.metrics import GatewayMetrics
-from gateway._observe.prometheus import gateway_collector, gateway_metrics
+from gateway._observe.events import Event, circuit_event, health_event
+from gateway._observe.hooks import Hook, Instrumentation
+from gateway._observe.logs import StateLog
+from gateway._observe.prometheus import GatewayMetrics, gateway_collector, gateway_metrics
 from gateway._observe.tracing import tracing_hook
 from gateway.cache import CacheConfig, PredictionCache
 from gateway.routing import Route, Router, TargetState

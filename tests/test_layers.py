@@ -123,6 +123,13 @@ def _breaks(rule: str, module: str, name: str) -> bool:
         )
         forbidden = {reader: (writer, connection), writer: (reader, connection)}
         return module in forbidden and _within(name, *forbidden[module])
+    if rule == "observing imports no part of the call pipeline but the operation table":
+        pipeline = ("gateway._client", "gateway._invoke", "gateway.compat")
+        return (
+            _within(module, "gateway._observe")
+            and _within(name, *pipeline)
+            and not _within(name, "gateway._invoke.api")
+        )
     raise AssertionError(rule)
 
 
@@ -135,6 +142,7 @@ RULES = [
     "the AWS protocols sit at the bottom",
     "the server kit never imports the client",
     _SERVER_HALVES,
+    "observing imports no part of the call pipeline but the operation table",
 ]
 
 
@@ -157,6 +165,10 @@ def test_the_checker_sees_a_forbidden_import(tmp_path: Path) -> None:
     assert _breaks(_SERVER_HALVES, "gateway._server.writing", "gateway._server.http.Server")
     assert not _breaks(_SERVER_HALVES, "gateway._server.http", "gateway._server.parsing")
     assert not _breaks(_SERVER_HALVES, "gateway._server.parsing", "gateway._server.messages")
+    observing = "observing imports no part of the call pipeline but the operation table"
+    assert _breaks(observing, "gateway._observe.tracing", "gateway._invoke.runtimes")
+    assert _breaks(observing, "gateway._observe.prometheus", "gateway._client.Gateway")
+    assert not _breaks(observing, "gateway._observe.tracing", "gateway._invoke.api")
 
 
 def imports_of_foreign(path: Path, as_module: str) -> set[str]:

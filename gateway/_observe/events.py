@@ -1,7 +1,8 @@
-"""One instrumentation stream: typed, frozen events and the hooks that receive them.
+"""The instrumentation stream's vocabulary: typed, frozen events.
 
 Everything the gateway can tell an operator (Prometheus metrics, traces, the
-state-change log lines, the demo's summary) is a *hook* on this stream::
+state-change log lines, the demo's summary) is a *hook* on this stream
+(``gateway._observe.hooks``)::
 
     class Printer:
         def __call__(self, event: Event) -> None:
@@ -10,11 +11,9 @@ state-change log lines, the demo's summary) is a *hook* on this stream::
 
     gateway.add_hook(Printer())
 
-A hook is any callable taking one :data:`Event`. Hooks run synchronously on
-the event loop, inside the call that emits: keep them short and never let
-them raise (an exception is logged once per hook type and swallowed, the
-call goes on). With no hook registered the call path pays one ``None``
-check per emission point and builds no event at all.
+The gateway's own hooks each sit in a module of their own: ``prometheus``,
+``tracing`` and ``logs``. With no hook registered the call path pays one
+``None`` check per emission point and builds no event at all.
 
 Durations are seconds (floats); ``route``/``target``/``endpoint`` are the
 names the route table uses. Events are immutable ``NamedTuple``s (cheap to
@@ -25,11 +24,10 @@ two events of different types with equal fields compare equal as tuples.
 
 from __future__ import annotations
 
-import logging
 import re
 import time
-from collections.abc import Callable, Sequence
-from typing import Final, NamedTuple, Protocol, TypeAlias
+from collections.abc import Callable
+from typing import Final, NamedTuple, TypeAlias
 
 from gateway.routing import Route, TargetHealth, TargetState
 
@@ -41,6 +39,7 @@ __all__ = [
     "INVOKE_ENDPOINT_ASYNC",
     "INVOKE_ENDPOINT_STREAM",
     "LOST",
+    "OTHER",
     "PRIMARY",
     "RETRY",
     "ROUTING_REASONS",
@@ -57,17 +56,13 @@ __all__ = [
     "Event",
     "HedgeFired",
     "HedgeLost",
-    "Hook",
-    "Instrumentation",
-    "RateLimiter",
     "RetryScheduled",
-    "StateLog",
     "TargetEjected",
     "TargetReadmitted",
+    "circuit_event",
+    "health_event",
     "routing_labels",
 ]
-
-log = logging.getLogger("gateway.events")
 
 # Attempt kinds.
 PRIMARY: Final = "primary"
@@ -244,188 +239,6 @@ Event: TypeAlias = (
     | CredentialsRefreshFailed
 )
 Emit: TypeAlias = Callable[[Event], None]
-
-
-class Hook(Protocol):
-    """Anything that takes an event.
-
-    A hook with a true ``never_raises`` attribute is called directly; any
-    other is wrapped so that an exception it raises is logged and dropped.
-    A hook whose ``reads_request_id`` attribute is False never reads
-    ``CallFinished.request_id``: while it is the only hook, that is None
-    (finding the id in an answer costs CPU on every call).
-    """
-
-    def __call__(self, event: Event) -> None: ...
-
-
-class Instrumentation:
-    """The hooks of one gateway; ``emit`` is what emission points call.
-
-    ``emit`` is None while no hook is registered, so an emission point is
-    ``if emit is not None: emit(Event(...))``. With one hook, ``emit`` is
-    that hook itself (no fan-out loop); listeners re-read ``emit`` through
-    ``subscribe`` whenever the set of hooks changes.
-    """
-
-    def __init__(self, hooks: Sequence[Hook] = ()) -> None:
-        self._hooks: list[Hook] = []
-        self._listeners: list[Callable[[Emit | None], None]] = []
-        self._failed: set[type] = set()
-        self.emit: Emit | None = None
-        for hook in hooks:
-            self.add(hook)
-
-    @property
-    def hooks(self) -> tuple[Hook, ...]:
-        return tuple(self._hooks)
-
-    def add(self, hook: Hook) -> None:
-        if hook not in self._hooks:
-            self._hooks.append(hook)
-            self._rebuild()
-
-    def remove(self, hook: Hook) -> None:
-        if hook in self._hooks:
-            self._hooks.remove(hook)
-            self._rebuild()
-
-    def subscribe(self, listener: Callable[[Emit | None], None]) -> None:
-        """Call ``listener(emit)`` now and whenever hooks are added or removed."""
-        self._listeners.append(listener)
-        listener(self.emit)
-
-    def _rebuild(self) -> None:
-        hooks = tuple(self._hooks)
-        if not hooks:
-            self.emit = None
-        elif len(hooks) == 1:
-            self.emit = self._guard(hooks[0])
-        else:
-            guarded = tuple(self._guard(hook) for hook in hooks)
-
-            def fan_out(event: Event) -> None:
-                for hook in guarded:
-                    hook(event)
-
-            self.emit = fan_out
-        for listener in self._listeners:
-            listener(self.emit)
-
-    def _guard(self, hook: Hook) -> Emit:
-        if getattr(hook, "never_raises", False) is True:
-            return hook  # the gateway's own hooks: no wrapper call per event
-        failed = self._failed
-
-        def guarded(event: Event) -> None:
-            try:
-                hook(event)
-            except Exception:
-                # A broken hook must never break a call; say so once per kind.
-                if type(hook) not in failed:
-                    failed.add(type(hook))
-                    log.exception("instrumentation hook %s failed", type(hook).__name__)
-
-        if getattr(hook, "reads_request_id", True) is False:
-            guarded.reads_request_id = False  # type: ignore[attr-defined]  # read by emitters
-        return guarded
-
-
-# -- state-change log lines ------------------------------------------------------
-
-
-class RateLimiter:
-    """At most one line per subject per ``interval_s``; counts what it held back.
-
-    ``allow(subject)`` returns None to suppress, else how many lines for that
-    subject were suppressed since the last one let through (to put in it).
-    A flapping target thus gives one line per interval, not one per flap.
-    """
-
-    __slots__ = ("_clock", "_interval", "_last", "_suppressed")
-
-    _MAX_SUBJECTS = 4096
-
-    def __init__(self, interval_s: float = 10.0, clock: Callable[[], float] = time.monotonic):
-        self._interval = interval_s
-        self._clock = clock
-        self._last: dict[object, float] = {}
-        self._suppressed: dict[object, int] = {}
-
-    def allow(self, subject: object) -> int | None:
-        now = self._clock()
-        last = self._last.get(subject)
-        if last is not None and now - last < self._interval:
-            self._suppressed[subject] = self._suppressed.get(subject, 0) + 1
-            return None
-        if len(self._last) >= self._MAX_SUBJECTS:
-            self._last.clear()  # bounded memory; at worst one extra line each
-        self._last[subject] = now
-        return self._suppressed.pop(subject, 0)
-
-
-_state_log = logging.getLogger("gateway.state")
-
-
-def _describe(event: Event) -> tuple[str, str, dict[str, object]] | None:
-    """(subject, message, fields) of a state change worth a WARNING; None otherwise."""
-    if isinstance(event, TargetEjected):
-        fields: dict[str, object] = {
-            "event": "target_ejected",
-            "route": event.route,
-            "target": event.target,
-            "ejected_for_s": round(event.duration_s, 3),
-            "ejections": event.ejections,
-        }
-        return f"ejected:{event.route}:{event.target}", "target ejected", fields
-    if isinstance(event, TargetReadmitted):
-        fields = {"event": "target_readmitted", "route": event.route, "target": event.target}
-        return f"readmitted:{event.route}:{event.target}", "target re-admitted", fields
-    if isinstance(event, CircuitOpened):
-        fields = {"event": "redis_lost", "tier": event.tier}
-        if event.tier == "redis-nodes":
-            message = "Redis partly lost: Cluster nodes' circuits open, their keys are skipped"
-        else:
-            message = "Redis lost: cache circuit open, the Redis tier is skipped"
-        return "redis-lost", message, fields
-    if isinstance(event, CircuitClosed):
-        fields = {"event": "redis_back", "tier": event.tier}
-        return "redis-back", "Redis back: cache circuit closed", fields
-    if isinstance(event, CredentialsRefreshFailed):
-        # The error's type only: a provider's message may name a profile.
-        fields = {"event": "credentials_refresh_failed", "error": event.error}
-        return "credentials", "AWS credentials refresh failed", fields
-    return None
-
-
-class StateLog:
-    """A hook writing a WARNING line (logger ``gateway.state``) per state change.
-
-    Target ejected / re-admitted, Redis lost / back (the cache's circuit),
-    credentials refresh failed. Rate-limited per kind of change and subject
-    (a target's ejections, its re-admissions, ...): at most one line per
-    ``interval_s``, the next one carrying ``suppressed``, the count held back
-    meanwhile. Fields are names and
-    numbers only, never a secret.
-    """
-
-    def __init__(
-        self, logger: logging.Logger | None = None, limiter: RateLimiter | None = None
-    ) -> None:
-        self._logger = logger or _state_log
-        self._limiter = limiter or RateLimiter()
-
-    def __call__(self, event: Event) -> None:
-        described = _describe(event)
-        if described is None:
-            return
-        subject, message, fields = described
-        suppressed = self._limiter.allow(subject)
-        if suppressed is None:
-            return
-        if suppressed:
-            fields["suppressed"] = suppressed
-        self._logger.warning(message, extra=fields)
 
 
 def health_event(route: Route, state: TargetState) -> Event | None:

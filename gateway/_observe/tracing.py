@@ -35,12 +35,7 @@ from contextlib import contextmanager
 from typing import Any, Final
 
 from gateway._aws.models import GATEWAY_RUNTIME, INFERENCE_ROUTER_RUNTIME, SAGEMAKER_RUNTIME
-from gateway._invoke.api import (
-    INVOKE_GLOBAL_GATEWAY,
-    INVOKE_GLOBAL_GATEWAY_STREAM,
-    INVOKE_ROUTER,
-    INVOKE_ROUTER_ASYNC,
-)
+from gateway._invoke.api import operation_table
 from gateway._observe.events import (
     AttemptFinished,
     CacheLookup,
@@ -72,12 +67,12 @@ SERVICE_IDS: Final = {
     GATEWAY_RUNTIME: "SageMaker Gateway Runtime",
 }
 RPC_SERVICE: Final = SERVICE_IDS[SAGEMAKER_RUNTIME]
-# The service id of each operation outside sagemaker-runtime (names are unique).
+# The service id of each operation outside sagemaker-runtime, from the operation table
+# (operation names are unique across the runtimes; one botocore lacks is never called).
 _SERVICE_OF: Final = {
-    INVOKE_ROUTER: SERVICE_IDS[INFERENCE_ROUTER_RUNTIME],
-    INVOKE_ROUTER_ASYNC: SERVICE_IDS[INFERENCE_ROUTER_RUNTIME],
-    INVOKE_GLOBAL_GATEWAY: SERVICE_IDS[GATEWAY_RUNTIME],
-    INVOKE_GLOBAL_GATEWAY_STREAM: SERVICE_IDS[GATEWAY_RUNTIME],
+    operation.name: SERVICE_IDS[service]
+    for (service, _), operation in operation_table().items()
+    if service != SAGEMAKER_RUNTIME
 }
 # The variables that ask for tracing when no provider is installed yet.
 _ASKING = (

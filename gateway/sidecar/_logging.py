@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from gateway._observe.events import RateLimiter
+from gateway._observe.logs import RateLimiter
 
 __all__ = ["AccessLog", "JsonFormatter", "configure_logging", "worker_restarted"]
 

@@ -4,39 +4,33 @@
 """The sidecar's own metrics, exposed through ``prometheus_client``.
 
 The hot path only bumps plain ints in dicts (no lock, no label lookup);
-the numbers become metric families when /metrics is scraped. Families are
-named ``sagemaker_gateway_sidecar_*``, latency histograms use the gateway's
-one bucket set (``LATENCY_BUCKETS_S``). Route labels are the configured route
-names; any other name a client sends counts as ``unconfigured`` (without a
-list of configured routes, the first ``sidecar.metrics_label_cap`` names keep
-theirs and later ones count as ``other``). Rejection reasons and per-operation
-families are exported at zero from the start.
+the numbers become metric families when /metrics is scraped. The families
+(``sagemaker_gateway_sidecar_*``) are declared in ``gateway._observe.families``;
+the latency histogram uses the gateway's one bucket set. Route labels are
+the configured route names; any other name a client sends counts as
+``unconfigured`` (without a list of configured routes, the first
+``sidecar.metrics_label_cap`` names keep theirs and later ones count as
+``other``). Rejection reasons and per-operation families are exported at
+zero from the start.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
+from prometheus_client.core import HistogramMetricFamily, Metric
 
-from gateway._observe.metrics import (
+from gateway._observe import families
+from gateway._observe.counting import (
     DEFAULT_LABEL_CAP,
-    LATENCY_BUCKETS_S,
-    OTHER,
     UNCONFIGURED,
     Histogram,
     LabelCap,
+    with_zeros,
 )
 
-__all__ = ["BUCKETS", "OTHER_ROUTE", "SidecarMetrics", "cumulative_only", "merge_expositions"]
+__all__ = ["SidecarMetrics", "cumulative_only", "merge_expositions"]
 
-BUCKETS = LATENCY_BUCKETS_S
-OTHER_ROUTE = OTHER
 # Why a request was refused before reaching the gateway (exported at zero).
 REJECT_REASONS = (
     "in_flight_cap",
@@ -112,44 +106,17 @@ class SidecarMetrics:
         return []  # no fixed description: collect() is cheap and always current
 
     def collect(self) -> Iterator[Metric]:
-        requests = CounterMetricFamily(
-            "sagemaker_gateway_sidecar_requests",
-            "Requests answered by the sidecar, by operation, route and HTTP status.",
-            labels=["operation", "route", "code"],
-        )
+        requests = families.SIDECAR_REQUESTS.family()
         for (operation, route, status), count in self._requests_with_zeros():
             requests.add_metric([operation, route, str(status)], count)
         yield requests
-        yield GaugeMetricFamily(
-            "sagemaker_gateway_sidecar_in_flight",
-            "Invocations being served right now.",
-            value=self._in_flight(),
-        )
-        rejected = CounterMetricFamily(
-            "sagemaker_gateway_sidecar_rejected",
-            "Requests refused before reaching the gateway, by reason.",
-            labels=["reason"],
-        )
-        for reason, count in _with_zeros(self.rejected, REJECT_REASONS):
-            rejected.add_metric([reason], count)
-        yield rejected
+        yield families.SIDECAR_IN_FLIGHT.value(self._in_flight())
+        yield families.SIDECAR_REJECTED.by_label(with_zeros(self.rejected, REJECT_REASONS))
         yield self._latency_family()
-        for name, counter, text in (
-            ("received", self.received_bytes, "Request body bytes received, by operation."),
-            ("sent", self.sent_bytes, "Response body bytes sent, by operation."),
-        ):
-            family = CounterMetricFamily(
-                f"sagemaker_gateway_sidecar_{name}_bytes", text, labels=["operation"]
-            )
-            for operation, count in _with_zeros(counter, self._operations):
-                family.add_metric([operation], count)
-            yield family
-        yield GaugeMetricFamily(
-            "sagemaker_gateway_sidecar_gc_frozen_objects",
-            "Objects the sidecar command moved out of the collector's sight at start "
-            "(gc.freeze, sidecar.gc_freeze); 0: not frozen.",
-            value=self.gc_frozen_objects,
-        )
+        operations = self._operations
+        yield families.SIDECAR_RECEIVED_BYTES.by_label(with_zeros(self.received_bytes, operations))
+        yield families.SIDECAR_SENT_BYTES.by_label(with_zeros(self.sent_bytes, operations))
+        yield families.SIDECAR_GC_FROZEN_OBJECTS.value(self.gc_frozen_objects)
 
     def _requests_with_zeros(self) -> list[tuple[tuple[str, str, int], int]]:
         requests = dict(self.requests)
@@ -161,11 +128,7 @@ class SidecarMetrics:
         return list(requests.items())
 
     def _latency_family(self) -> HistogramMetricFamily:
-        family = HistogramMetricFamily(
-            "sagemaker_gateway_sidecar_request_duration_seconds",
-            "Time from the request being parsed to the response being ready.",
-            labels=["operation"],
-        )
+        family = families.SIDECAR_REQUEST_DURATION.family()
         histograms = dict(self._latency)
         for operation in self._operations:
             if operation not in histograms:
@@ -175,19 +138,12 @@ class SidecarMetrics:
         return family
 
 
-def _with_zeros(counter: dict[str, int], known: Iterable[str]) -> list[tuple[str, int]]:
-    items = dict(counter)
-    for key in known:
-        items.setdefault(key, 0)
-    return list(items.items())
-
-
 # -- several workers, one scrape ---------------------------------------------------
 
 # Per-process families: summed they would mean nothing, so each keeps a
 # ``worker`` label instead.
-_PER_PROCESS = ("process_", "python_", "sagemaker_gateway_sidecar_gc_frozen_objects")
-_ONCE = ("sagemaker_gateway_build_info",)
+_PER_PROCESS = ("process_", "python_", families.SIDECAR_GC_FROZEN_OBJECTS.name)
+_ONCE = (families.BUILD_INFO.name,)
 _ADDITIVE = ("counter", "gauge", "histogram", "summary", "unknown")
 
 

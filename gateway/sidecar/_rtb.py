@@ -55,7 +55,7 @@ from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
 import orjson
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import HistogramMetricFamily, Metric
 
 from gateway import errors
 from gateway._config.reader import fail, http_url, read, section, setting
@@ -63,6 +63,8 @@ from gateway._http.message import Origin
 from gateway._http.native import NativeTransport
 from gateway._http.options import PoolConfig
 from gateway._http.request import PreparedRequest
+from gateway._observe import families
+from gateway._observe.counting import Histogram
 from gateway._observe.tracing import ServerTracing
 from gateway._server.http import Request, Response
 from gateway.rtb import BidFilter, Decision, FilterPolicy, Reason, Scorer
@@ -72,7 +74,6 @@ from gateway.rtb.request import (
     parse_bid_request,
     refuse_duplicate_keys,
 )
-from gateway.sidecar._metrics import BUCKETS
 from gateway.sidecar._ratecap import BidderCap, RateCapConfig
 
 __all__ = [
@@ -134,7 +135,6 @@ _RULED: Final = frozenset({Reason.RULE_KEEP, Reason.HOLDBACK})
 _JSON: Final = ("Content-Type", "application/json")
 logger = logging.getLogger("gateway.rtb")
 _TEXT = ("Content-Type", "text/plain; charset=utf-8")
-_BATCH_BUCKETS: Final = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 # Gzip members one bid request may be made of (an exchange sends one): each
 # costs a decompressor, so a body of thousands of empty members is refused.
 MAX_GZIP_MEMBERS: Final = 64
@@ -215,28 +215,11 @@ class RtbConfig:
 # -- metrics ------------------------------------------------------------------
 
 
-class _Histogram:
-    __slots__ = ("counts", "total")
-
-    def __init__(self) -> None:
-        self.counts = [0] * (len(BUCKETS) + 1)
-        self.total = 0.0
-
-    def observe(self, seconds: float) -> None:
-        self.counts[bisect_left(BUCKETS, seconds)] += 1
-        self.total += seconds
-
-    def buckets(self) -> list[tuple[str, float]]:
-        cumulative = 0
-        out: list[tuple[str, float]] = []
-        for bound, count in zip((*BUCKETS, float("inf")), self.counts, strict=True):
-            cumulative += count
-            out.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
-        return out
-
-
 class RtbMetrics:
-    """Proxy-mode counters; the filter's own counters are read at scrape time."""
+    """Proxy-mode counters; the filter's own counters are read at scrape time.
+
+    Its families (``sagemaker_gateway_rtb_*``) are declared in ``gateway._observe.families``.
+    """
 
     def __init__(self, bid_filter: BidFilter) -> None:
         self._filter = bid_filter
@@ -246,7 +229,7 @@ class RtbMetrics:
         self.cap: BidderCap | None = None
         self.bidder_errors: dict[str, int] = {}
         self.bidder_responses: dict[int, int] = {}
-        self.forwarded = _Histogram()
+        self.forwarded = Histogram()
 
     def bidder_error(self, reason: str) -> None:
         self.bidder_errors[reason] = self.bidder_errors.get(reason, 0) + 1
@@ -256,104 +239,58 @@ class RtbMetrics:
 
     def collect(self) -> Iterator[Metric]:
         stats = self._filter.stats
-        for name, value, text in (
-            ("kept", stats.kept, "Bid requests kept (any reason: scored, explored, ...)."),
-            ("dropped", stats.dropped, "Bid requests answered 204 because of their score."),
-            ("failed_open", stats.failed_open, "Kept because no score came in time."),
-            ("explored", stats.explored, "Kept below the threshold by the exploration draw."),
-            ("shadowed", stats.shadowed, "Kept below the threshold because of shadow mode."),
-            ("invalid", self.invalid, "Bid requests refused (400, 413, 415)."),
-            ("unreadable", stats.unreadable, "Kept unscored: unreadable or too large."),
-            ("score_timeouts", stats.timeouts, "Requests whose score missed the deadline."),
-            ("score_errors", stats.errors, "Requests whose scoring call failed."),
-            ("rule_dropped", stats.rule_dropped, "Dropped unscored by a rule ([rtb.rules])."),
-            ("rule_kept", stats.rule_kept, "Kept unscored by a rule."),
-            ("held_back", stats.held_back, "A rule matched; kept anyway by its holdback share."),
+        for family, value in (
+            (families.RTB_KEPT, stats.kept),
+            (families.RTB_DROPPED, stats.dropped),
+            (families.RTB_FAILED_OPEN, stats.failed_open),
+            (families.RTB_EXPLORED, stats.explored),
+            (families.RTB_SHADOWED, stats.shadowed),
+            (families.RTB_INVALID, self.invalid),
+            (families.RTB_UNREADABLE, stats.unreadable),
+            (families.RTB_SCORE_TIMEOUTS, stats.timeouts),
+            (families.RTB_SCORE_ERRORS, stats.errors),
+            (families.RTB_RULE_DROPPED, stats.rule_dropped),
+            (families.RTB_RULE_KEPT, stats.rule_kept),
+            (families.RTB_HELD_BACK, stats.held_back),
         ):
-            yield CounterMetricFamily(f"sagemaker_gateway_rtb_{name}", text, value=value)
-        yield _by_label(
-            "rule_hits",
-            "Bid requests each rule matched (whatever its action or holdback did).",
-            "rule",
-            stats.rule_hits,
-        )
-        yield _by_label(
-            "reloads",
-            "Reloads of the [rtb] table (SIGHUP): applied, or refused (the old one stays).",
-            "outcome",
-            self.reloads,
-        )
-        yield _by_label(
-            "no_bids",
-            "No-bids the proxy answered itself, by reason (below_threshold, rule, rate_cap, "
-            "unreadable); a bidder's own no-bids are not counted here.",
-            "reason",
-            self.no_bids,
-        )
+            yield family.value(value)
+        yield families.RTB_RULE_HITS.by_label(stats.rule_hits)
+        yield families.RTB_RELOADS.by_label(self.reloads)
+        yield families.RTB_NO_BIDS.by_label(self.no_bids)
         cap = self.cap
         if cap is not None:
             outcomes = {"admitted": cap.admitted, "cut": cap.cut_off, "no_token": cap.out_of_tokens}
-            yield _by_label(
-                "rate_cap",
-                "Kept requests through the bidders' rate cap: admitted, refused by the "
-                "adaptive score cut, or refused for want of a token.",
-                "outcome",
-                outcomes,
-            )
-        yield self._batch_family(stats.batch_sizes)
-        yield _by_label(
-            "unreadable_by_reason",
-            "Bid requests forwarded unscored, by reason (too_large, not_json, invalid, ...).",
-            "reason",
-            stats.unreadable_reasons,
+            yield families.RTB_RATE_CAP.by_label(outcomes)
+        yield _batch_family(stats.batch_sizes)
+        yield families.RTB_UNREADABLE_BY_REASON.by_label(stats.unreadable_reasons)
+        yield families.RTB_FEATURE_ROWS.value(stats.rows)
+        yield families.RTB_OUT_OF_VOCABULARY.by_label(stats.out_of_vocabulary)
+        yield families.RTB_BIDDER_ERRORS.by_label(self.bidder_errors)
+        responses = list(self.bidder_responses.items())  # a snapshot: answers count on meanwhile
+        yield families.RTB_BIDDER_RESPONSES.by_label(
+            [(str(status), count) for status, count in responses]
         )
-        yield CounterMetricFamily(
-            "sagemaker_gateway_rtb_feature_rows",
-            "Feature rows computed (the denominator of the out-of-vocabulary shares).",
-            value=stats.rows,
-        )
-        yield _by_label(
-            "out_of_vocabulary",
-            "Feature rows whose value of this feature the model's encoding did not know.",
-            "feature",
-            stats.out_of_vocabulary,
-        )
-        yield _by_label(
-            "bidder_errors",
-            "Forwarded requests that got no usable bidder answer, by reason.",
-            "reason",
-            self.bidder_errors,
-        )
-        yield _by_label(
-            "bidder_responses",
-            "Bidder answers by HTTP status.",
-            "code",
-            {str(status): count for status, count in list(self.bidder_responses.items())},
-        )
-        forwarded = HistogramMetricFamily(
-            "sagemaker_gateway_rtb_forward_duration_seconds",
-            "Time from forwarding a kept request to the bidder's answer (or failure).",
-        )
+        forwarded = families.RTB_FORWARD_DURATION.family()
         forwarded.add_metric([], self.forwarded.buckets(), sum_value=self.forwarded.total)
         yield forwarded
 
-    @staticmethod
-    def _batch_family(sizes: Mapping[int, int]) -> HistogramMetricFamily:
-        counts = [0] * (len(_BATCH_BUCKETS) + 1)
-        total = 0
-        for size, batches in sizes.items():
-            counts[bisect_left(_BATCH_BUCKETS, size)] += batches
-            total += size * batches
-        cumulative = 0
-        buckets: list[tuple[str, float]] = []
-        for bound, count in zip((*_BATCH_BUCKETS, "+Inf"), counts, strict=True):
-            cumulative += count
-            buckets.append((str(bound), cumulative))
-        family = HistogramMetricFamily(
-            "sagemaker_gateway_rtb_batch_size", "Rows per scoring call (micro-batch size)."
-        )
-        family.add_metric([], buckets, sum_value=total)
-        return family
+
+def _batch_family(sizes: Mapping[int, int]) -> HistogramMetricFamily:
+    """The batch-size histogram, from the filter's count of batches per size."""
+    spec = families.RTB_BATCH_SIZE
+    counts = [0] * (len(spec.bounds) + 1)
+    total = 0
+    for size, batches in sizes.items():
+        counts[bisect_left(spec.bounds, size)] += batches
+        total += size * batches
+    cumulative = 0
+    buckets: list[tuple[str, float]] = []
+    for label, count in zip(spec.bucket_labels, counts, strict=True):
+        cumulative += count
+        buckets.append((label, cumulative))
+    family = spec.family()
+    family.add_metric([], buckets, sum_value=total)
+    return family
 
 
 # -- the proxy ------------------------------------------------------------------
@@ -702,14 +639,6 @@ def valid_tracestate(value: str) -> bool:
             return False
         keys.add(member.partition("=")[0])
     return len(keys) == len(members)  # a key may appear once
-
-
-def _by_label(name: str, text: str, label: str, counts: Mapping[str, int]) -> Metric:
-    """``sagemaker_gateway_rtb_<name>``: one counter per label value of ``counts``."""
-    family = CounterMetricFamily(f"sagemaker_gateway_rtb_{name}", text, labels=[label])
-    for value, count in list(counts.items()):  # a snapshot: requests count on meanwhile
-        family.add_metric([value], count)
-    return family
 
 
 def _request_id(body: bytes) -> str:

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway._observe.metrics import UNCONFIGURED
+from gateway._observe.counting import UNCONFIGURED
 from gateway._server.http import Server
 from gateway.emulator import Emulator
 from gateway.rtb.bidder import ToyBidder

@@ -27,7 +27,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import gateway
 from gateway._host.build import build_kind
-from gateway._observe.metrics import LATENCY_BUCKETS_S, UNCONFIGURED
+from gateway._observe.counting import UNCONFIGURED
+from gateway._observe.families import LATENCY_BUCKETS_S
 from gateway._server.http import Server
 from gateway.emulator import Emulator, EmulatorConfig
 from gateway.errors import ConfigError

@@ -8,7 +8,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import Gateway
-from gateway._observe.metrics import UNCONFIGURED
+from gateway._observe.counting import UNCONFIGURED
 from gateway.emulator import Emulator
 from gateway.sidecar import Sidecar
 from tests.sidecar.conftest import ClientFactory

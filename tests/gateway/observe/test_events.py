@@ -13,6 +13,7 @@ import pytest
 
 from gateway import Gateway
 from gateway._invoke.credentials import CredentialSource
+from gateway._observe.counting import OTHER, UNCONFIGURED
 from gateway._observe.events import (
     AttemptFinished,
     CacheLookup,
@@ -24,14 +25,13 @@ from gateway._observe.events import (
     Event,
     HedgeFired,
     HedgeLost,
-    Instrumentation,
-    RateLimiter,
     RetryScheduled,
-    StateLog,
     TargetEjected,
     TargetReadmitted,
 )
-from gateway._observe.metrics import OTHER, UNCONFIGURED, GatewayMetrics
+from gateway._observe.hooks import Instrumentation
+from gateway._observe.logs import RateLimiter, StateLog
+from gateway._observe.prometheus import GatewayMetrics
 from gateway.emulator import Emulator, EmulatorConfig
 from gateway.routing import TargetHealth
 
@@ -384,7 +384,7 @@ def test_enable_metrics_defaults_to_the_metrics_label_cap() -> None:
     """The default is written as a literal (so the compiled build can show it): the same."""
     import inspect
 
-    from gateway._observe.metrics import DEFAULT_LABEL_CAP
+    from gateway._observe.counting import DEFAULT_LABEL_CAP
 
     default = inspect.signature(Gateway.enable_metrics).parameters["label_cap"].default
     assert default == DEFAULT_LABEL_CAP

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import Gateway
 from gateway._observe.events import CallFinished, Event, routing_labels
-from gateway._observe.metrics import GatewayMetrics
+from gateway._observe.prometheus import GatewayMetrics
 from gateway.emulator import Emulator, EmulatorConfig
 from tests.gateway.conftest import ACCESS_KEY, SECRET_KEY
 
