@@ -20,8 +20,6 @@ from gateway._aws.models import GATEWAY_RUNTIME, INFERENCE_ROUTER_RUNTIME, SAGEM
 from gateway._invoke.api import (
     BODY,
     MAX_PAYLOAD_BYTES,
-    QUEUED,
-    STREAM,
     Operation,
     answer_of,
     body_limit,
@@ -31,15 +29,19 @@ from gateway._invoke.api import (
 __all__ = ["PATHS", "Action", "Paths", "label_of"]
 
 _MIB: Final = 1024 * 1024
-# A runtime's part of its operations' metrics labels ("router_async"); SageMaker
-# Runtime's operations are named by their answer's shape alone ("stream"), and
-# its plain InvokeEndpoint is "invoke".
+# An operation's metrics label is its runtime's part and its action's ("router_async");
+# SageMaker Runtime's operations are named by their action alone ("stream"), and its
+# plain InvokeEndpoint is "invoke". An action not below reads as itself ("batch_jobs").
 _SERVICE_LABELS: Final = {
     SAGEMAKER_RUNTIME: "",
     INFERENCE_ROUTER_RUNTIME: "router",
     GATEWAY_RUNTIME: "global_gateway",
 }
-_ANSWER_LABELS: Final = {BODY: "", STREAM: "stream", QUEUED: "async"}
+_ACTION_LABELS: Final = {
+    "invocations": "",
+    "invocations-response-stream": "stream",
+    "async-invocations": "async",
+}
 # For a botocore with no model of a newer runtime: where its paths start, and the
 # body limit its documentation states.
 _WITHOUT_MODEL: Final = {
@@ -65,9 +67,10 @@ class Action:
         return self.service != SAGEMAKER_RUNTIME
 
 
-def label_of(service: str, answer: str) -> str:
-    """The metrics label of an operation of ``service`` answering ``answer``."""
-    parts = [_SERVICE_LABELS.get(service, service), _ANSWER_LABELS[answer]]
+def label_of(service: str, action: str) -> str:
+    """The metrics label of ``service``'s operation on ``action`` (its path's last part)."""
+    own = _ACTION_LABELS.get(action, action.replace("-", "_"))
+    parts = [_SERVICE_LABELS.get(service, service.replace("-", "_")), own]
     return "_".join(part for part in parts if part) or "invoke"
 
 
@@ -80,7 +83,7 @@ def _action_of(operation: Operation) -> tuple[str, str, Action]:
     # (InvokeEndpointAsync's inline body) is refused by the call, in its service's shape.
     limit = max(body_limit(operation), MAX_PAYLOAD_BYTES)
     placeholder = "{id}" if operation.uri_member.endswith("Id") else "{name}"
-    label = label_of(operation.service.name, answer)
+    label = label_of(operation.service.name, action)
     served = Action(
         label, operation.service.name, operation, answer, limit, f"{prefix}{placeholder}/{action}"
     )
