@@ -33,6 +33,7 @@ from gateway._invoke.api import (
     INVOKE_STREAM,
     MemberOrder,
     Operation,
+    answer_of,
     body_limit,
     check_gateway_id,
     check_header_value,
@@ -147,7 +148,7 @@ class OperationPlan:
 
     __slots__ = (
         "_order",
-        "_shapes",
+        "answer",
         "attributes",
         "cached",
         "fresh",
@@ -162,6 +163,7 @@ class OperationPlan:
         "routed",
         "sensitive",
         "session",
+        "shapes",
         "variant",
     )
 
@@ -186,7 +188,9 @@ class OperationPlan:
         # An inference router's answer says where it routed the request.
         self.routed = lane.service == INFERENCE_ROUTER_RUNTIME
         self.ok = (200, operation.success_status)
-        self._shapes: dict[tuple[object, ...], _Shape] = {}
+        self.answer = answer_of(operation)
+        # A member tuple -> its headers and key fields (the call reads it, then shape()).
+        self.shapes: dict[tuple[object, ...], _Shape] = {}
         # How a typed method's values go into this model's tuple. One typed method calls
         # each operation, always with the same names tuple: an identity test, no lookup.
         self._order: MemberOrder | None = None
@@ -207,7 +211,7 @@ class OperationPlan:
 
     def shape(self, members: tuple[object, ...]) -> _Shape:
         """The call's request headers (before and after ``host``) and cache-key fields."""
-        shape = self._shapes.get(members)
+        shape = self.shapes.get(members)
         if shape is not None:
             return shape
         for index in self.required:
@@ -220,9 +224,9 @@ class OperationPlan:
         for index in self.fresh:
             if members[index] is not None:
                 return shape
-        if len(self._shapes) >= _MAX_SHAPES:
-            self._shapes.clear()
-        self._shapes[members] = shape
+        if len(self.shapes) >= _MAX_SHAPES:
+            self.shapes.clear()
+        self.shapes[members] = shape
         return shape
 
     def pinned(self, members: tuple[object, ...]) -> bool:

@@ -27,6 +27,7 @@ from gateway import errors
 from gateway._aws.models import SAGEMAKER_RUNTIME
 from gateway._http.message import RawResponse
 from gateway._invoke.api import (
+    BODY,
     QUEUED,
     STREAM,
     AsyncInvocation,
@@ -88,7 +89,14 @@ def call(
     user_agent: str | None = None,
 ) -> Awaitable[InvokeResult | InvokeStream | AsyncInvocation]:
     """Any operation, its members as the model's tuple, by the shape of its answer."""
-    service, name = operation.service.name, operation.name
+    name = operation.name
+    plan = ctx.plans.get(name)
+    if plan is not None and plan.answer == BODY and plan.lane.started:
+        payload = b"" if body is None else body
+        return invoke(
+            ctx, plan, resource, payload, members, None, timeout, cache, cache_ttl, user_agent
+        )
+    service = operation.service.name
     answer = answer_of(operation)
     if answer == QUEUED:
         return invoke_queued_later(
@@ -98,11 +106,6 @@ def call(
     if answer == STREAM:
         opened = stream(ctx, service, name, resource, payload, members, None, timeout, user_agent)
         return _ready(opened)
-    plan = ctx.plans.get(name)
-    if plan is not None and plan.lane.started:
-        return invoke(
-            ctx, plan, resource, payload, members, None, timeout, cache, cache_ttl, user_agent
-        )
     return invoke_later(
         ctx, service, name, resource, payload, members, None, timeout, cache, cache_ttl, user_agent
     )
@@ -132,19 +135,28 @@ async def invoke(
     ``values`` is the model's member tuple, or with ``names`` a typed method's
     values, one per name.
     """
+    # The steps are written out, not called: this is every call's path.
     try:
-        members = plan.place(names, values)
+        members = values if names is None else plan.place(names, values)
         if not ctx.started:
             raise errors.GatewayError(NOT_STARTED)
         lane = plan.lane
-        route = lane.resolve(name)
+        try:
+            route = lane.router.resolve(name)
+        except errors.ConfigError:
+            lane.planner._check_name(name)  # a bad name says so; else the config's error
+            raise
         if timeout is None:
             timeout = route.timeout_s or ctx.default_timeout
         else:
             check_timeout(timeout)
         payload = payload_bytes(body, plan.limit, plan.name)
-        before_host, after_host, key_fields = plan.shape(members)
-        found = _member(members, plan.model)
+        shape = plan.shapes.get(members)
+        if shape is None:
+            shape = plan.shape(members)
+        before_host, after_host, key_fields = shape
+        place = plan.model
+        found = None if place < 0 else members[place]
         model = None if found is None else str(found)
         agent = None if user_agent is None else ctx.caller_agent(user_agent)
         # A session is stateful on the far side: never answer it from a cache.
@@ -168,7 +180,8 @@ async def invoke(
         credentials = ctx.credentials
         if credentials is not None and credentials.must_wait():
             await credentials.fresh(deadline)  # only inside the mandatory window
-        pinned = plan.pinned(members)
+        place = plan.variant
+        pinned = place < 0 or members[place] is not None
         operation = plan.operation
         invoker = lane.invoker
         emit = ctx.emit

@@ -28,7 +28,7 @@ from prometheus_client import (
 )
 
 from gateway import errors
-from gateway._aws.models import INFERENCE_ROUTER_RUNTIME, SAGEMAKER_RUNTIME, service_model
+from gateway._aws.models import SAGEMAKER_RUNTIME, service_model
 from gateway._client import Gateway
 from gateway._invoke.api import (
     BODY,
@@ -73,6 +73,9 @@ _CACHE_CONTROL: Final = "cache-control"
 _USER_AGENT: Final = "user-agent"
 _SAGEMAKER_PREFIX: Final = "x-amzn-sagemaker-"
 
+# Each runtime's path prefix, its length, its actions, the action of its other paths and
+# its service, from the table.
+_PREFIXES: Final = PATHS.prefixes()
 _EVENTSTREAM: Final = ("Content-Type", "application/vnd.amazon.eventstream")
 _JSON: Final = ("Content-Type", "application/json")
 
@@ -184,17 +187,20 @@ class SidecarApp:
         rtb = self.rtb
         if rtb is not None and path == rtb.path and request.method == "POST":
             return self._openrtb(rtb, request)
-        found = PATHS.find(path)
-        if found is not None:
-            action, name, service = found
-            if action is not None and request.method == "POST":
-                return self._invocation(request, action, name)
-            if service != SAGEMAKER_RUNTIME:
-                self.metrics.reject("unknown_operation")
-                refusal = runtime_refusal("UnknownOperationException", "Unknown operation", 404)
-                return _answered(refusal)
-        elif path == "/ping" and request.method in ("GET", "HEAD"):
-            return _answered(self._ping())
+        for prefix, start, actions, otherwise, service in _PREFIXES:
+            if path.startswith(prefix):
+                name, _, action_name = path[start:].partition("/")
+                action = actions.get(action_name, otherwise)
+                if action is not None and request.method == "POST":
+                    return self._invocation(request, action, name)
+                if service != SAGEMAKER_RUNTIME:
+                    self.metrics.reject("unknown_operation")
+                    refusal = runtime_refusal("UnknownOperationException", "Unknown operation", 404)
+                    return _answered(refusal)
+                break
+        else:
+            if path == "/ping" and request.method in ("GET", "HEAD"):
+                return _answered(self._ping())
         self.metrics.reject("unknown_operation")
         return _answered(error_response("UnknownOperationException", "Unknown operation", 404))
 
@@ -269,8 +275,9 @@ class SidecarApp:
                     cache=cache,
                     user_agent=agent,
                 )
-                response: Response | StreamingResponse = _body_response(
-                    cast(InvokeResult, result), action
+                answered = cast(InvokeResult, result)
+                response: Response | StreamingResponse = (
+                    _router_response(answered) if action.routed else _result_response(answered)
                 )
             elif action.answer == STREAM:
                 response = await self._stream(request, action, name, members, timeout, agent)
@@ -482,13 +489,6 @@ def _error_answer(error: BaseException, action: Action) -> Response:
     if action.runtime_errors:
         return runtime_error_response(error, action.service)
     return gateway_error_response(error)
-
-
-def _body_response(result: InvokeResult, action: Action) -> Response:
-    """A body answer: an inference router's carries where it routed the call."""
-    if action.service == INFERENCE_ROUTER_RUNTIME:
-        return _router_response(result)
-    return _result_response(result)
 
 
 def _configured_routes(gateway: Gateway) -> list[str] | None:

@@ -59,6 +59,7 @@ class Action:
     operation: Operation | None  # None: the installed botocore has no model of its runtime
     answer: str  # BODY, STREAM or QUEUED
     limit: int  # the largest request body its path takes
+    routed: bool  # its answer says where an inference router routed the call
     span_route: str  # a low-cardinality span name: "/endpoints/{name}/invocations"
 
     @property
@@ -84,9 +85,9 @@ def _action_of(operation: Operation) -> tuple[str, str, Action]:
     limit = max(body_limit(operation), MAX_PAYLOAD_BYTES)
     placeholder = "{id}" if operation.uri_member.endswith("Id") else "{name}"
     label = label_of(operation.service.name, action)
-    served = Action(
-        label, operation.service.name, operation, answer, limit, f"{prefix}{placeholder}/{action}"
-    )
+    routed = operation.service.name == INFERENCE_ROUTER_RUNTIME and answer == BODY
+    span_route = f"{prefix}{placeholder}/{action}"
+    served = Action(label, operation.service.name, operation, answer, limit, routed, span_route)
     return prefix, action, served
 
 
@@ -109,7 +110,8 @@ class Paths:
             if service not in modelled:
                 label = _SERVICE_LABELS[service]
                 span_route = f"{prefix}{{name}}/"
-                self.without_model[prefix] = Action(label, service, None, BODY, limit, span_route)
+                served = Action(label, service, None, BODY, limit, False, span_route)
+                self.without_model[prefix] = served
 
     def find(self, path: str) -> tuple[Action | None, str, str] | None:
         """``path``'s action (None: an action its runtime has not), the name it holds and
@@ -123,6 +125,20 @@ class Paths:
             if path.startswith(prefix):
                 return without, path[len(prefix) :].partition("/")[0], without.service
         return None
+
+    def prefixes(self) -> tuple[tuple[str, int, dict[str, Action], Action | None, str], ...]:
+        """Each prefix with its length, its actions, the action of any other path under it
+        (a runtime without a model: its one) and its runtime: the sidecar's routing."""
+        modelled = tuple(
+            (prefix, len(prefix), actions, None, self.services[prefix])
+            for prefix, actions in self.by_prefix.items()
+        )
+        none: dict[str, Action] = {}
+        missing = tuple(
+            (prefix, len(prefix), none, action, action.service)
+            for prefix, action in self.without_model.items()
+        )
+        return modelled + missing
 
     def actions(self) -> Iterator[Action]:
         for actions in self.by_prefix.values():
