@@ -240,3 +240,12 @@ def test_the_cycle_finder_sees_a_cycle() -> None:
     assert import_cycle({"a": {"a"}}) == ["a", "a"]
     found = server_imports()
     assert "gateway._server.messages" in found["gateway._server.http"]
+
+
+# The top of the package is its public face; everything else sits in a folder by role.
+_PUBLIC_FACE = {"__init__.py", "__main__.py", "errors.py", "compat.py", "_client.py"}
+
+
+def test_the_top_of_the_package_is_its_public_face() -> None:
+    top = {path.name for path in (ROOT / "gateway").glob("*.py")}
+    assert top <= _PUBLIC_FACE, sorted(top - _PUBLIC_FACE)
