@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 from urllib.parse import unquote
 
 from gateway._config.reader import fail
 
-if TYPE_CHECKING:
-    from ._config import CacheConfig
-
-__all__ = ["RedisTarget", "parse_host_port", "redact_url", "redis_target"]
+__all__ = ["RedisSettings", "RedisTarget", "parse_host_port", "redact_url", "redis_target"]
 
 _SENTINEL_SCHEME = "redis+sentinel://"
 # userinfo in "scheme://user:secret@host" and "password=..." query parameters.
@@ -25,6 +22,23 @@ def redact_url(url: str | None) -> str | None:
     if url is None:
         return None
     return _QUERY_SECRET.sub(r"\1***", _URL_SECRET.sub(r"\1:***@", url))
+
+
+class RedisSettings(Protocol):
+    """The fields of the ``[cache]`` table a target is decoded from.
+
+    The table decodes its target to validate itself, so this module names the fields
+    it reads instead of importing the table's class.
+    """
+
+    @property
+    def enabled(self) -> bool: ...
+
+    @property
+    def redis_url(self) -> str | None: ...
+
+    @property
+    def cluster(self) -> tuple[str, ...]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +62,7 @@ class RedisTarget:
         )
 
 
-def redis_target(config: CacheConfig) -> RedisTarget | None:
+def redis_target(config: RedisSettings) -> RedisTarget | None:
     """The decoded connection target, or None for a near-only cache."""
     if not config.enabled or (config.redis_url is None and not config.cluster):
         return None
@@ -61,7 +75,7 @@ def redis_target(config: CacheConfig) -> RedisTarget | None:
     return RedisTarget(kind="url", url=config.redis_url)
 
 
-def parse_host_port(config: CacheConfig, text: str, key: str) -> tuple[str, int]:
+def parse_host_port(config: RedisSettings, text: str, key: str) -> tuple[str, int]:
     host, sep, port_text = text.rpartition(":")
     host = host.strip("[]")  # allow "[::1]:6379"
     if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
@@ -69,7 +83,7 @@ def parse_host_port(config: CacheConfig, text: str, key: str) -> tuple[str, int]
     return host, int(port_text)
 
 
-def _parse_sentinel_url(config: CacheConfig, url: str) -> RedisTarget:
+def _parse_sentinel_url(config: RedisSettings, url: str) -> RedisTarget:
     """``redis+sentinel://[user:pass@]h1:26379,h2:26379/service_name[/db]``.
 
     The credentials are the master's; sentinels are reached without them.
