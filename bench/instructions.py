@@ -160,7 +160,7 @@ FEATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "CPyDef_prometheus___GatewayMetrics_____call__",
         ),
     ),
-    ("request timeout (deadline wheel)", ("CPyDef_pool___DeadlineWheel___arm",)),
+    ("request timeout (deadline wheel)", ("CPyDef_deadlines___DeadlineWheel___arm",)),
     ("upstream answer parsing", ("CPyDef_connection___Connection___data_received",)),
     ("answer fields relayed", ("CPyDef__app____result_response",)),
     ("answer encoding", ("CPyDef_writing___ResponseWriter___encode",)),

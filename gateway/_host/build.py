@@ -30,6 +30,7 @@ HOT_PATH = (
     "gateway/_aws/sigv4.py",
     "gateway/_http/interfaces.py",
     "gateway/_http/message.py",
+    "gateway/_http/deadlines.py",
     "gateway/_http/connection.py",
     "gateway/_http/pool.py",
     "gateway/_http/native.py",

@@ -17,19 +17,23 @@ import select
 import time
 from collections import deque
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, NoReturn, cast
+from typing import NoReturn, cast
 
 import httptools
 
 from gateway import errors
+from gateway._http.deadlines import Slot
 from gateway._http.interfaces import MAX_ERROR_BODY_BYTES
 from gateway._http.message import RawResponse, headers_from_raw, split_head
 
-if TYPE_CHECKING:
-    # The pool imports this module; this one needs the pool's types only.
-    from gateway._http.pool import OriginPool, Slot
-
-__all__ = ["MAX_HEADERS", "MAX_HEAD_BYTES", "MAX_RESPONSE_BYTES", "Connection", "NativeStream"]
+__all__ = [
+    "MAX_HEADERS",
+    "MAX_HEAD_BYTES",
+    "MAX_RESPONSE_BYTES",
+    "Connection",
+    "ConnectionOwner",
+    "NativeStream",
+]
 
 # A response larger than this is refused: SageMaker caps payloads at 6 MB
 # (25 MB for streams, which never buffer).
@@ -51,6 +55,41 @@ class _StopParsing(Exception):
     """Raised from a parser callback once the connection is closed: ignore what follows."""
 
 
+class ConnectionOwner:
+    """What a connection needs of the pool it belongs to; ``pool.OriginPool`` provides it.
+
+    A plain class rather than a Protocol: mypyc calls a method of a native base
+    class through its vtable, one of a Protocol by a Python attribute lookup,
+    and a connection calls its pool on every request.
+    """
+
+    loop: asyncio.AbstractEventLoop
+
+    def options_apply(self, transport: asyncio.Transport) -> None:
+        """Set the socket options on a transport just connected."""
+        raise NotImplementedError
+
+    def release(self, connection: Connection, reusable: bool) -> None:
+        """Take back a connection whose response completed, to reuse it or close it."""
+        raise NotImplementedError
+
+    def forget(self, connection: Connection) -> None:
+        """``connection`` closed: its slot is free."""
+        raise NotImplementedError
+
+    def slot_wanted(self) -> bool:
+        """Whether a request is queued for a slot."""
+        raise NotImplementedError
+
+    def draining(self, connection: Connection) -> None:
+        """``connection`` reads out an abandoned answer, in a slot it gives up on demand."""
+        raise NotImplementedError
+
+    def drained(self, connection: Connection) -> None:
+        """``connection`` finished reading out its abandoned answer."""
+        raise NotImplementedError
+
+
 class Connection:
     """One keep-alive socket; at most one request in flight.
 
@@ -59,7 +98,7 @@ class Connection:
     becomes a native class (fixed attribute slots, direct method calls).
     """
 
-    def __init__(self, pool: OriginPool) -> None:
+    def __init__(self, pool: ConnectionOwner) -> None:
         self._pool = pool
         self._loop = pool.loop
         self._transport: asyncio.Transport | None = None

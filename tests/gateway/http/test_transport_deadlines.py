@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from gateway._http.pool import DeadlineWheel
+from gateway._http.deadlines import DeadlineWheel
 
 
 class _Recorder:
