@@ -20,12 +20,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gateway.rtb.features import FeatureSpec, target_feature_spec
-from gateway.rtb.synth import SyntheticTraffic
-from gateway.rtb.train import (
+from gateway.rtb._logs import LogLine, Outcome, read_log
+from gateway.rtb._training import (
     Counts,
-    LogLine,
-    Outcome,
     Rows,
     TrainResult,
     _versioned,
@@ -34,8 +31,9 @@ from gateway.rtb.train import (
     encodings_from_counts,
     feature_rows,
     fit,
-    read_log,
 )
+from gateway.rtb.features import FeatureSpec, target_feature_spec
+from gateway.rtb.synth import SyntheticTraffic
 
 __all__ = ["synthetic_bag", "train_on_bag", "train_on_files"]
 

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway.rtb._logs import read_log
 from gateway.rtb.features import FeatureSpec, load_bundled_spec
 from gateway.rtb.policy import FilterPolicy
 from gateway.rtb.request import InvalidBidRequest, parse_bid_request
@@ -92,8 +93,6 @@ def score_log(
     paths: Iterable[str | Path], model: XGBoostModel, spec: FeatureSpec
 ) -> tuple[list[Scored], int]:
     """A bid log's requests scored at their logged time; and how many lines were left out."""
-    from gateway.rtb.train import read_log  # the trainer's reader (and its formats)
-
     features: list[list[float | int]] = []
     outcomes: list[tuple[bool, float]] = []
     skipped = 0

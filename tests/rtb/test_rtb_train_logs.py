@@ -14,21 +14,12 @@ import pytest
 from gateway import Gateway
 from gateway.emulator import Emulator, EmulatorConfig
 from gateway.rtb import BidFilter, FeatureSpec, FilterPolicy, Reason, XGBoostModel
+from gateway.rtb._logs import log_line
+from gateway.rtb._training import TRAIN, VALID, part_of
 from gateway.rtb.filter import InProcessResult
 from gateway.rtb.request import parse_record
 from gateway.rtb.synth import SyntheticTraffic
-from gateway.rtb.train import (
-    TRAIN,
-    VALID,
-    LogLine,
-    Outcome,
-    feature_rows,
-    log_line,
-    main,
-    part_of,
-    read_log,
-    read_outcomes,
-)
+from gateway.rtb.train import LogLine, Outcome, feature_rows, main, read_log, read_outcomes
 
 ROWS = 4000
 DEFAULT_TS = 1_717_597_800.0

@@ -14,17 +14,16 @@ import orjson
 import pytest
 
 import gateway.rtb.train as trainer
+from gateway.rtb._training import TRAIN, part_of
 from gateway.rtb.features import target_feature_spec
 from gateway.rtb.synth import SyntheticTraffic
 from gateway.rtb.train import (
-    TRAIN,
     LogLine,
     Outcome,
     TrainingRefused,
     TrainResult,
     feature_rows,
     main,
-    part_of,
     read_log,
     synthetic_lines,
     train_on_lines,
