@@ -13,12 +13,12 @@ from gateway.emulator._config import (
     EmulatorConfig,
     EndpointConfig,
     FaultConfig,
-    LatencyConfig,
     MmeConfig,
     ModelConfig,
     VariantConfig,
 )
 from gateway.emulator._emulator import Emulator, EmulatorProcess, main
+from gateway.emulator._latency_config import LatencyConfig
 from gateway.emulator._runtime_config import (
     DestinationConfig,
     GlobalGatewayFaultConfig,

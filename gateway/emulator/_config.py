@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 from gateway._config.reader import fail, http_url, load_toml, read, section, setting
 from gateway.emulator._errors import ERROR_CODES
+from gateway.emulator._latency_config import LatencyConfig
+from gateway.emulator._runtime_config import GlobalInferenceGatewayConfig, InferenceRouterConfig
 from gateway.errors import ConfigError
 
 # The limits on a request body of an inference router (6 MB) and a Global Inference
@@ -61,14 +63,6 @@ class MmeConfig:
     def __post_init__(self) -> None:
         if not self.models and not self.allow_any:
             raise fail(self, "models", "list the models or set allow_any = true")
-
-
-@section("latency")
-class LatencyConfig:
-    base_ms: float = setting(default=0.0, ge=0)
-    jitter_ms: float = setting(default=0.0, ge=0)  # uniform in [-jitter, +jitter], floored at 0
-    tail_share: float = setting(default=0.0, ge=0, le=1)  # probability of a tail_ms longer answer
-    tail_ms: float = setting(default=0.0, ge=0)
 
 
 @section("faults")
@@ -183,10 +177,3 @@ class EmulatorConfig:
         flaky), the inference router bid-router and the Global Inference Gateway demo."""
         data = load_toml(Path(__file__).with_name("data") / "default.toml")
         return cls.from_dict(data if seed is None else {**data, "seed": seed})
-
-
-# The routers' and gateways' sections use LatencyConfig above.
-from gateway.emulator._runtime_config import (  # noqa: E402
-    GlobalInferenceGatewayConfig,
-    InferenceRouterConfig,
-)

@@ -32,12 +32,9 @@ from gateway._server.http import (
     start_server,
 )
 from gateway.emulator._auth import SignatureVerifier
-from gateway.emulator._config import (
-    EmulatorConfig,
-    FaultConfig,
-    LatencyConfig,
-)
+from gateway.emulator._config import EmulatorConfig, FaultConfig
 from gateway.emulator._errors import SageMakerError, error_response
+from gateway.emulator._latency_config import LatencyConfig
 from gateway.emulator._runtimes import RuntimeServices
 from gateway.emulator._service import EmulatorService, RecordedRequest
 from gateway.emulator._stats import EmulatorStats

@@ -32,7 +32,8 @@ from gateway._aws.eventstream import (
 )
 from gateway._config.reader import read
 from gateway._server.http import Request, Response, StreamingResponse
-from gateway.emulator._config import GLOBAL_GATEWAY_MAX_BODY, LatencyConfig
+from gateway.emulator._config import GLOBAL_GATEWAY_MAX_BODY
+from gateway.emulator._latency_config import LatencyConfig
 from gateway.emulator._runtime_config import (
     GATEWAY_OWN_ERROR_CODES,
     GlobalGatewayFaultConfig,

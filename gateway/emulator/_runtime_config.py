@@ -21,7 +21,7 @@ from dataclasses import field
 from typing import Literal
 
 from gateway._config.reader import fail, section, setting
-from gateway.emulator._config import LatencyConfig
+from gateway.emulator._latency_config import LatencyConfig
 
 __all__ = [
     "GATEWAY_OWN_ERROR_CODES",

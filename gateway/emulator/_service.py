@@ -30,9 +30,9 @@ from gateway.emulator._config import (
     EmulatorConfig,
     EndpointConfig,
     FaultConfig,
-    LatencyConfig,
 )
 from gateway.emulator._errors import SageMakerError, error_response
+from gateway.emulator._latency_config import LatencyConfig
 from gateway.emulator._models import Model, ModelCache, ModelFailure, build_model
 from gateway.emulator._runtime_config import RUNTIME_PREFIXES
 from gateway.emulator._stats import EmulatorStats
