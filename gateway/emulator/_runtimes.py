@@ -15,12 +15,13 @@ emulator's own endpoints, and serves their control API under
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 import orjson
 
 from gateway._server.http import Request, Response, StreamingResponse
+from gateway.emulator._config import EmulatorConfig
 from gateway.emulator._errors import SageMakerError, error_response
 from gateway.emulator._global_gateway import GlobalGatewayService
 from gateway.emulator._router import RouterService
@@ -31,16 +32,36 @@ from gateway.emulator._runtime_config import (
 )
 from gateway.emulator._runtime_errors import WireError, wire_error_response
 
-if TYPE_CHECKING:
-    from gateway.emulator._service import EmulatorService
+__all__ = ["HostService", "RuntimeServices"]
 
-__all__ = ["RuntimeServices"]
+
+class HostService(Protocol):
+    """What the runtimes need of the SageMaker Runtime they share a port with.
+
+    :class:`EmulatorService` provides it, and builds the runtimes itself.
+    """
+
+    config: EmulatorConfig
+
+    def verify(self, request: Request) -> None:
+        """Check the request's signature; raises `SageMakerError`."""
+        ...
+
+    def record(self, request: Request) -> None:
+        """Keep the request for inspection, beside SageMaker Runtime's own."""
+        ...
+
+    async def run_endpoint(
+        self, endpoint: str, body: bytes, content_type: str, accept: str | None, request_id: str
+    ) -> tuple[bytes, str, str]:
+        """Invoke ``endpoint`` as InvokeEndpoint would: (answer, its type, the variant)."""
+        ...
 
 
 class RuntimeServices:
     """The routers and gateways of one :class:`EmulatorService`."""
 
-    def __init__(self, service: EmulatorService) -> None:
+    def __init__(self, service: HostService) -> None:
         config = service.config
         self._service = service
         self.routers = RouterService(
@@ -62,25 +83,16 @@ class RuntimeServices:
         request_id: str,
     ) -> tuple[bytes, str, str, str | None]:
         """A router destination: the endpoint's faults, latency and model, as InvokeEndpoint."""
-        from gateway.emulator._service import _Invocation
-
-        service = self._service
-        state = service.endpoint(endpoint)
-        variant = state.pick_variant(None)
-        invocation = _Invocation(state, variant, None, request_id, [])
-        await service._prepare(invocation)
-        answer, answer_type = await service._run_model(invocation, body, content_type, accept)
+        answer, answer_type, variant = await self._service.run_endpoint(
+            endpoint, body, content_type, accept, request_id
+        )
         return answer, answer_type, variant, custom_attributes
 
     async def handle(self, request: Request, request_id: str) -> Response | StreamingResponse:
         path = request.path
         if path.startswith(RUNTIMES_CONTROL_PREFIX):
             return self._control(request)
-        from gateway.emulator._service import RecordedRequest
-
-        self._service.recorded.append(
-            RecordedRequest(request.method, path, tuple(request.header_pairs), request.body)
-        )
+        self._service.record(request)
         try:
             return await self._dispatch(request, path, request_id)
         except WireError as error:
@@ -96,14 +108,14 @@ class RuntimeServices:
             if action in ("invocations", "async-invocations"):
                 if request.http_version != "1.1":
                     return _http_version_not_supported()
-                self._service._verifier.verify(request)
+                self._service.verify(request)
                 if action == "invocations":
                     return await self.routers.invoke(request, unquote(name), request_id)
                 return self.routers.invoke_async(request, unquote(name), request_id)
         if request.method == "POST" and path.startswith(GATEWAY_PREFIX):
             gateway_id, _, action = path[len(GATEWAY_PREFIX) :].partition("/")
             if action in ("invocations", "invocations-response-stream"):
-                self._service._verifier.verify(request)
+                self._service.verify(request)
                 stream = action == "invocations-response-stream"
                 return await self.gateways.invoke(request, unquote(gateway_id), request_id, stream)
         raise WireError(404, "UnknownOperationException", "Unknown operation")

@@ -35,6 +35,7 @@ from gateway.emulator._errors import SageMakerError, error_response
 from gateway.emulator._latency_config import LatencyConfig
 from gateway.emulator._models import Model, ModelCache, ModelFailure, build_model
 from gateway.emulator._runtime_config import RUNTIME_PREFIXES
+from gateway.emulator._runtimes import RuntimeServices
 from gateway.emulator._stats import EmulatorStats
 
 __all__ = ["CLOSE_SESSION", "EmulatorService", "RecordedRequest"]
@@ -163,8 +164,6 @@ class EmulatorService:
         self._sessions: dict[str, float] = {}
         self.recorded: deque[RecordedRequest] = deque(maxlen=_RECORDED)
         self._output_bucket = f"s3://sagemaker-emulator-{config.region}-{config.account_id}"
-        from gateway.emulator._runtimes import RuntimeServices  # it runs endpoints of this one
-
         self.runtimes = RuntimeServices(self)
 
     async def close(self) -> None:
@@ -200,6 +199,27 @@ class EmulatorService:
                 state.faults = state.config.faults
                 state.latency = state.config.latency
 
+    # -- what the inference routers and Global Inference Gateways use ------------
+
+    def verify(self, request: Request) -> None:
+        self._verifier.verify(request)
+
+    def record(self, request: Request) -> None:
+        self.recorded.append(
+            RecordedRequest(request.method, request.path, tuple(request.header_pairs), request.body)
+        )
+
+    async def run_endpoint(
+        self, endpoint: str, body: bytes, content_type: str, accept: str | None, request_id: str
+    ) -> tuple[bytes, str, str]:
+        """``endpoint``'s faults, latency and model, as InvokeEndpoint: a router destination."""
+        state = self.endpoint(endpoint)
+        variant = state.pick_variant(None)
+        invocation = _Invocation(state, variant, None, request_id, [])
+        await self._prepare(invocation)
+        answer, answer_type = await self._run_model(invocation, body, content_type, accept)
+        return answer, answer_type, variant
+
     # -- HTTP ---------------------------------------------------------------
 
     async def handle(self, request: Request) -> Response | StreamingResponse:
@@ -212,9 +232,7 @@ class EmulatorService:
             if path.startswith("/endpoints/"):
                 if len(request.body) > self.config.max_body_size:
                     return _too_large(self.config.max_body_size)
-                self.recorded.append(
-                    RecordedRequest(request.method, path, tuple(request.header_pairs), request.body)
-                )
+                self.record(request)
                 endpoint_name, _, action = path[11:].partition("/")
                 if request.method == "POST":
                     if action == "invocations":
