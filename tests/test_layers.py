@@ -180,20 +180,25 @@ def imports_of_foreign(path: Path, as_module: str) -> set[str]:
     return {name for name in found if name.split(".")[0] in PACKAGES}
 
 
-# -- no import cycle inside the server kit ---------------------------------------------
+# -- no import cycle between files ---------------------------------------------------
 
 
-def server_imports() -> dict[str, set[str]]:
-    """Each module of gateway._server -> the modules of gateway._server it imports.
+def import_graph() -> dict[str, set[str]]:
+    """Each module of gateway -> the modules of gateway it imports.
 
-    Imports under TYPE_CHECKING count: a cycle there is still one for a reader,
-    and for mypyc, which compiles these modules.
+    Every import counts: at module level, under TYPE_CHECKING and inside a function.
+    A cycle through any of them still ties the two files together for a reader, and
+    for mypyc, which compiles the hot path's modules. A package's ``__init__`` counts
+    like any file, its imports of its own submodules included: a submodule that
+    imported a name through its package would close a cycle with it.
     """
-    imports = {module: found for module, found in modules() if _within(module, "gateway._server")}
-    return {
-        module: {_module_of_name(name, imports) for name in found if _within(name, *imports)}
-        for module, found in imports.items()
-    }
+    imports = dict(modules())
+    return {module: _modules_named(found, imports) for module, found in imports.items()}
+
+
+def _modules_named(names: Collection[str], known: Collection[str]) -> set[str]:
+    """The modules of ``known`` that ``names`` (modules, or names inside them) lie in."""
+    return {_module_of_name(name, known) for name in names if _within(name, *known)}
 
 
 def _module_of_name(name: str, known: Collection[str]) -> str:
@@ -229,8 +234,8 @@ def import_cycle(graph: Mapping[str, Collection[str]]) -> list[str]:
     return []
 
 
-def test_the_server_kit_has_no_import_cycle() -> None:
-    assert import_cycle(server_imports()) == []
+def test_no_two_files_import_each_other() -> None:
+    assert import_cycle(import_graph()) == []
 
 
 def test_the_cycle_finder_sees_a_cycle() -> None:
@@ -238,8 +243,25 @@ def test_the_cycle_finder_sees_a_cycle() -> None:
     assert import_cycle(graph) == ["a", "b", "c", "a"]
     assert import_cycle({**graph, "c": set()}) == []
     assert import_cycle({"a": {"a"}}) == ["a", "a"]
-    found = server_imports()
-    assert "gateway._server.messages" in found["gateway._server.http"]
+    assert "gateway._server.messages" in import_graph()["gateway._server.http"]
+
+
+def test_the_import_graph_counts_every_import(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from gateway.errors import ConfigError\n"
+        "if TYPE_CHECKING:\n"
+        "    from gateway._http.pool import OriginPool\n"
+        "def train():\n"
+        "    from gateway.rtb import distributed\n"
+    )
+    found = imports_of_foreign(probe, "gateway._http.connection")
+    assert _modules_named(found, dict(modules())) == {
+        "gateway.errors",  # the module that holds the name
+        "gateway._http.pool",  # under TYPE_CHECKING
+        "gateway.rtb.distributed",  # inside a function; a submodule, not its package
+    }
 
 
 # The top of the package is its public face; everything else sits in a folder by role.
