@@ -47,7 +47,8 @@ async def main() -> None:
             traffic = [item.body for item in SyntheticTraffic(seed=5).generate(600)]
             statuses: Counter[int] = Counter()
             reasons: Counter[str] = Counter()
-            sample: dict[str, httpx.Response] = {}  # the first answer of each reason
+            # The first answer of each status and reason.
+            sample: dict[tuple[int, str], httpx.Response] = {}
             async with httpx.AsyncClient(timeout=5.0) as exchange:
                 # Warm-up, through the sidecar's own Gateway: the emulator
                 # compiles the model on first use, longer than a request's budget.
@@ -68,20 +69,20 @@ async def main() -> None:
                         statuses[answer.status_code] += 1
                         reason = answer.headers.get("x-bid-filter-reason", "-")
                         reasons[reason] += 1
-                        sample.setdefault(reason, answer)
+                        sample.setdefault((answer.status_code, reason), answer)
             print(f"{len(traffic)} auctions: {dict(statuses)} (204 = no bid, 200 = bid relayed)")
             print(f"filter reasons: {dict(reasons)}")
             print(f"the bidder saw {bidder.requests} requests; the rest never reached it")
-            # A request the model scored; on a loaded host some are kept unscored
-            # ("failed_open": the model missed the request's budget).
-            if "scored_keep" in sample:
-                kept = sample["scored_keep"]
+            # A request the model scored and the bidder bid on; on a loaded host some are
+            # kept unscored ("failed_open": the model missed the request's budget).
+            if (200, "scored_keep") in sample:
+                kept = sample[200, "scored_keep"]
                 print(
                     f"a kept request: score {kept.headers.get('x-bid-filter-score')}, "
                     f"bid {kept.json()['seatbid'][0]['bid'][0]['price']}"
                 )
-            if "scored_drop" in sample:
-                dropped = sample["scored_drop"]
+            if (204, "scored_drop") in sample:
+                dropped = sample[204, "scored_drop"]
                 print(f"a dropped request: score {dropped.headers.get('x-bid-filter-score')}")
     await bidder.close()
 
