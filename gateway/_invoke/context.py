@@ -172,7 +172,14 @@ class OperationPlan:
         self.operation = operation
         self.name = operation.name
         headers = operation.headers
-        self.required = tuple(i for i, m in enumerate(headers) if m.required)
+        # The newer runtimes' required members are checked before sending. SageMaker
+        # Runtime checks its own: an older model marks InvokeEndpointAsync's InputLocation
+        # required, though the service takes an inline Body in its place.
+        self.required = (
+            ()
+            if operation.service.name == SAGEMAKER_RUNTIME
+            else tuple(i for i, m in enumerate(headers) if m.required)
+        )
         self.sensitive = operation.sensitive
         self.fresh = operation.per_call + tuple(
             operation.index(n) for n in _PER_USER if n in operation.name_index

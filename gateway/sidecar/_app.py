@@ -73,8 +73,7 @@ _CACHE_CONTROL: Final = "cache-control"
 _USER_AGENT: Final = "user-agent"
 _SAGEMAKER_PREFIX: Final = "x-amzn-sagemaker-"
 
-# Each runtime's path prefix, its length, its actions, the action of its other paths and
-# its service, from the table.
+# Each runtime's path prefix, its length, its actions and its service, from the table.
 _PREFIXES: Final = PATHS.prefixes()
 _EVENTSTREAM: Final = ("Content-Type", "application/vnd.amazon.eventstream")
 _JSON: Final = ("Content-Type", "application/json")
@@ -187,10 +186,10 @@ class SidecarApp:
         rtb = self.rtb
         if rtb is not None and path == rtb.path and request.method == "POST":
             return self._openrtb(rtb, request)
-        for prefix, start, actions, otherwise, service in _PREFIXES:
+        for prefix, start, actions, service in _PREFIXES:
             if path.startswith(prefix):
                 name, _, action_name = path[start:].partition("/")
-                action = actions.get(action_name, otherwise)
+                action = actions.get(action_name)
                 if action is not None and request.method == "POST":
                     return self._invocation(request, action, name)
                 if service != SAGEMAKER_RUNTIME:

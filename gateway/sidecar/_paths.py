@@ -42,11 +42,19 @@ _ACTION_LABELS: Final = {
     "invocations-response-stream": "stream",
     "async-invocations": "async",
 }
-# For a botocore with no model of a newer runtime: where its paths start, and the
-# body limit its documentation states.
+# For a botocore with no model of a newer runtime: where its paths start, its actions
+# and the body limit its documentation states.
 _WITHOUT_MODEL: Final = {
-    INFERENCE_ROUTER_RUNTIME: ("/inference-routers/", 6 * _MIB),
-    GATEWAY_RUNTIME: ("/global-inference-gateway/", 10 * _MIB),
+    INFERENCE_ROUTER_RUNTIME: (
+        "/inference-routers/",
+        ("invocations", "async-invocations"),
+        6 * _MIB,
+    ),
+    GATEWAY_RUNTIME: (
+        "/global-inference-gateway/",
+        ("invocations", "invocations-response-stream"),
+        10 * _MIB,
+    ),
 }
 
 
@@ -94,7 +102,7 @@ def _action_of(operation: Operation) -> tuple[str, str, Action]:
 class Paths:
     """Every operation's path prefix and action, from the installed botocore's models."""
 
-    __slots__ = ("by_prefix", "services", "without_model")
+    __slots__ = ("by_prefix", "services")
 
     def __init__(self) -> None:
         self.by_prefix: dict[str, dict[str, Action]] = {}
@@ -103,15 +111,24 @@ class Paths:
             prefix, action, served = _action_of(operation)
             self.by_prefix.setdefault(prefix, {})[action] = served
             self.services[prefix] = served.service
-        # A runtime the installed botocore lacks: one action answers all its paths.
-        self.without_model: dict[str, Action] = {}
+        # A runtime the installed botocore lacks: its documented actions answer the error
+        # naming the release that has it.
         modelled = {op.service.name for op in operation_table().values()}
-        for service, (prefix, limit) in _WITHOUT_MODEL.items():
+        for service, (prefix, actions, limit) in _WITHOUT_MODEL.items():
             if service not in modelled:
-                label = _SERVICE_LABELS[service]
-                span_route = f"{prefix}{{name}}/"
-                served = Action(label, service, None, BODY, limit, False, span_route)
-                self.without_model[prefix] = served
+                self.services[prefix] = service
+                self.by_prefix[prefix] = {
+                    action: Action(
+                        label_of(service, action),
+                        service,
+                        None,
+                        BODY,
+                        limit,
+                        False,
+                        f"{prefix}{{name}}/{action}",
+                    )
+                    for action in actions
+                }
 
     def find(self, path: str) -> tuple[Action | None, str, str] | None:
         """``path``'s action (None: an action its runtime has not), the name it holds and
@@ -121,29 +138,18 @@ class Paths:
                 name, _, action = path[len(prefix) :].partition("/")
                 served = actions.get(action)
                 return served, name, self.services[prefix]
-        for prefix, without in self.without_model.items():
-            if path.startswith(prefix):
-                return without, path[len(prefix) :].partition("/")[0], without.service
         return None
 
-    def prefixes(self) -> tuple[tuple[str, int, dict[str, Action], Action | None, str], ...]:
-        """Each prefix with its length, its actions, the action of any other path under it
-        (a runtime without a model: its one) and its runtime: the sidecar's routing."""
-        modelled = tuple(
-            (prefix, len(prefix), actions, None, self.services[prefix])
+    def prefixes(self) -> tuple[tuple[str, int, dict[str, Action], str], ...]:
+        """Each prefix with its length, its actions and its runtime: the sidecar's routing."""
+        return tuple(
+            (prefix, len(prefix), actions, self.services[prefix])
             for prefix, actions in self.by_prefix.items()
         )
-        none: dict[str, Action] = {}
-        missing = tuple(
-            (prefix, len(prefix), none, action, action.service)
-            for prefix, action in self.without_model.items()
-        )
-        return modelled + missing
 
     def actions(self) -> Iterator[Action]:
         for actions in self.by_prefix.values():
             yield from actions.values()
-        yield from self.without_model.values()
 
 
 PATHS: Final = Paths()
