@@ -213,7 +213,8 @@ _HELP = """
 import inspect, json, pydoc
 from gateway import Gateway
 from gateway._host.build import build_kind
-public = [n for n, v in vars(Gateway).items() if callable(v) and not n.startswith("_")]
+# Every public method, the typed ones Gateway inherits from its base class included.
+public = [n for n in dir(Gateway) if not n.startswith("_") and callable(getattr(Gateway, n))]
 report = {"build": build_kind(), "unsigned": [], "undocumented": [], "coroutines": []}
 for name in public:
     method = getattr(Gateway, name)
