@@ -1,6 +1,7 @@
 """Embed the gateway in an async ad server: one prediction per request, under a deadline.
 
     python examples/embed_in_ad_server.py
+    python examples/embed_in_ad_server.py --deadline-ms 250   # a busy test host
 
 The handler scores a bid request on the "bid-filter" route (two redundant
 endpoints, hedging and retries on) with a 15 ms deadline. Whatever happens
@@ -11,6 +12,7 @@ Runs against the built-in emulator, started here on a free loopback port.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import time
 from dataclasses import dataclass
@@ -22,7 +24,7 @@ from gateway.rtb import load_bundled_spec, parse_bid_request
 from gateway.rtb.synth import SyntheticTraffic
 
 HERE = Path(__file__).resolve().parent
-DEADLINE_S = 0.015  # what this ad server can spend on the prediction
+DEADLINE_MS = 15.0  # what this ad server can spend on the prediction
 THRESHOLD = 0.01
 
 
@@ -35,16 +37,20 @@ class AdResponse:
 
 
 class AdServer:
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, deadline_s: float) -> None:
         self.gateway = gateway
+        self.deadline_s = deadline_s
         self.spec = load_bundled_spec()
 
-    async def handle(self, raw_request: bytes, endpoint: str = "bid-filter") -> AdResponse:
+    async def handle(
+        self, raw_request: bytes, endpoint: str = "bid-filter", deadline_s: float | None = None
+    ) -> AdResponse:
         started = time.perf_counter()
         row = self.row_of(raw_request)
+        timeout = self.deadline_s if deadline_s is None else deadline_s
         try:
             result = await self.gateway.invoke(
-                endpoint, row, content_type="text/csv", accept="text/csv", timeout=DEADLINE_S
+                endpoint, row, content_type="text/csv", accept="text/csv", timeout=timeout
             )
         except DeadlineExceeded:
             return self._fallback("deadline", started)
@@ -64,7 +70,7 @@ class AdServer:
         return AdResponse(True, None, f"fallback: {why}", (time.perf_counter() - started) * 1000)
 
 
-async def main() -> None:
+async def main(deadline_ms: float) -> None:
     async with Emulator(HERE / "emulator.toml") as emulator:
         gateway = Gateway.from_config(
             {
@@ -82,7 +88,7 @@ async def main() -> None:
             }
         )
         async with gateway:
-            server = AdServer(gateway)
+            server = AdServer(gateway, deadline_ms / 1000)
             requests = [item.body for item in SyntheticTraffic(seed=3).generate(200)]
             # Warm-up, with a budget of seconds: the emulator compiles its XGBoost model on
             # first use, longer than a request's 15 ms.
@@ -108,9 +114,13 @@ async def main() -> None:
 
             # An endpoint that takes ~20 ms cannot meet a 15 ms deadline: the
             # call gives up at the deadline and the handler falls back.
-            late = await server.handle(requests[0], endpoint="slow")
+            late = await server.handle(requests[0], endpoint="slow", deadline_s=DEADLINE_MS / 1000)
             print(f"slow endpoint: bid={late.bid} ({late.source}) after {late.took_ms:.1f} ms")
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--deadline-ms", type=float, default=DEADLINE_MS, help="the handler's deadline"
+    )
+    asyncio.run(main(parser.parse_args().deadline_ms))

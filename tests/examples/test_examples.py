@@ -66,7 +66,11 @@ EXPECTED: dict[str, tuple[str, ...]] = {
         r"identical results: True",
     ),
 }
-ARGS: dict[str, tuple[str, ...]] = {"microbenchmark.py": ("--calls", "1280")}
+ARGS: dict[str, tuple[str, ...]] = {
+    "microbenchmark.py": ("--calls", "1280"),
+    # A loaded test host can miss 15 ms on every call; the slow endpoint keeps its 15 ms.
+    "embed_in_ad_server.py": ("--deadline-ms", "500"),
+}
 
 
 def test_every_example_is_tested() -> None:
