@@ -76,21 +76,16 @@ class CachedCalls:
         ``deadline`` (``time.monotonic()``) is the call's: ``invoke`` keeps it
         itself, and a call waiting for an identical one in flight gives up there.
         """
-        loaded: list[InvokeResult] = []
-
-        async def load() -> Entry:
-            result = await invoke()
-            loaded.append(result)
-            return _entry_from_result(result)
-
+        fill = _Fill(invoke)
         try:
-            entry, source = await self._cache.get_or_load(key, load, ttl_s=ttl, deadline=deadline)
+            entry, source = await self._cache.get_or_load(key, fill, ttl_s=ttl, deadline=deadline)
         except TimeoutError:  # the cache's own (builtin) one: a wait for another call
             raise errors.DeadlineExceeded(
                 "the call's deadline passed while it waited for an identical call in flight"
             ) from None
-        if source is CacheSource.LOADED and loaded:
-            return loaded[0]
+        loaded = fill.result
+        if source is CacheSource.LOADED and loaded is not None:
+            return loaded
         return _result_from_entry(entry, source.value)
 
     async def refresh_versions(self, route: str) -> None:
@@ -99,6 +94,25 @@ class CachedCalls:
     def set_version(self, endpoint: str, version: str, target_model: str | None) -> None:
         """Tag ``endpoint``'s answers here at once, and in every process sharing Redis."""
         self._versions.set(endpoint, target_model, version)
+
+
+class _Fill:
+    """The cache's loader for one call: makes the call and keeps its result.
+
+    The caller that made the call gets that result itself, with every field
+    of the answer, not one rebuilt from the cache entry.
+    """
+
+    __slots__ = ("invoke", "result")
+
+    def __init__(self, invoke: Callable[[], Awaitable[InvokeResult]]) -> None:
+        self.invoke = invoke
+        self.result: InvokeResult | None = None
+
+    async def __call__(self) -> Entry:
+        result = await self.invoke()
+        self.result = result
+        return _entry_from_result(result)
 
 
 # The key fields a member tuple gives: model, members part, content type, accept.
@@ -209,12 +223,15 @@ def _members_key(values: tuple[object, ...], layout: KeyLayout) -> str | None:
 
 def _entry_from_result(result: InvokeResult) -> Entry:
     meta: list[tuple[str, str]] = []
-    if result.invoked_variant is not None:
-        meta.append((_META_VARIANT, result.invoked_variant))
-    if result.custom_attributes is not None:
-        meta.append((_META_ATTRIBUTES, result.custom_attributes))
-    if result.target is not None:
-        meta.append((_META_TARGET, result.target))
+    variant = result.invoked_variant
+    if variant is not None:
+        meta.append((_META_VARIANT, variant))
+    attributes = result.custom_attributes
+    if attributes is not None:
+        meta.append((_META_ATTRIBUTES, attributes))
+    target = result.target
+    if target is not None:
+        meta.append((_META_TARGET, target))
     return Entry(result.body, result.content_type or "", tuple(meta))
 
 

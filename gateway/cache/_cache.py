@@ -6,12 +6,13 @@ path, where a few microseconds of bookkeeping are small next to a network
 round trip.
 
 Single-flight: the first caller to miss a key (the leader) registers a
-``_Flight``; identical concurrent misses (followers) await its future. The
+``_Flight``; identical concurrent misses (followers) await its outcome. The
 leader reads Redis itself; if Redis has nothing, the loader runs in a Task
 of its own so that cancelling any caller, the leader included, never
-cancels the load the others are waiting for. Every waiter awaits through
-``asyncio.shield`` for the same reason. Loader errors reach every waiter and
-are never stored.
+cancels the load the others are waiting for. For the same reason no waiter
+awaits a future another one also awaits: followers await theirs through
+``asyncio.shield``, the leader one of its own. Loader errors reach every
+waiter and are never stored.
 
 A flight is released on every path: settled with an entry or the loader's
 error, handed over to a background task when its leader is cancelled or
@@ -24,8 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
@@ -100,13 +102,54 @@ class PredictionCacheProtocol(Protocol):
 
 
 class _Flight:
-    """One in-progress resolution of a key, shared by every concurrent caller."""
+    """One in-progress resolution of a key, shared by every concurrent caller.
 
-    __slots__ = ("followers", "future")
+    The leader that started the load awaits ``leader``, a future of its own,
+    settled in the same step as the followers' ``shared`` one: cancelling the
+    leader cancels only its future, and it wakes one loop pass sooner than
+    through ``asyncio.shield``. ``shared`` is made by the first follower, so
+    a miss that nobody joins makes no future for it.
+    """
 
-    def __init__(self, future: asyncio.Future[Entry]) -> None:
-        self.future = future
+    __slots__ = ("followers", "leader", "settled", "shared")
+
+    def __init__(self) -> None:
         self.followers = 0
+        self.settled = False
+        self.leader: asyncio.Future[Entry] | None = None
+        self.shared: asyncio.Future[Entry] | None = None
+
+    def joined(self) -> asyncio.Future[Entry]:
+        """The future followers await (through ``asyncio.shield``)."""
+        shared = self.shared
+        if shared is None:
+            shared = self.shared = asyncio.get_running_loop().create_future()
+        return shared
+
+    def set_result(self, entry: Entry) -> None:
+        if self.settled:
+            return
+        self.settled = True
+        for future in (self.leader, self.shared):
+            if future is not None and not future.done():
+                future.set_result(entry)
+
+    def set_exception(self, error: BaseException) -> None:
+        if self.settled:
+            return
+        self.settled = True
+        for future in (self.leader, self.shared):
+            if future is not None and not future.done():
+                future.add_done_callback(_consume_exception)
+                future.set_exception(error)
+
+    def cancel(self) -> None:
+        if self.settled:
+            return
+        self.settled = True
+        for future in (self.leader, self.shared):
+            if future is not None:
+                future.cancel()
 
 
 def _consume_exception(future: asyncio.Future[Entry]) -> None:
@@ -311,34 +354,46 @@ class PredictionCache:
         flight.followers += 1
         try:
             if deadline is None:
-                return await asyncio.shield(flight.future)
+                return await asyncio.shield(flight.joined())
             async with asyncio.timeout(deadline - _monotonic()):
-                return await asyncio.shield(flight.future)
+                return await asyncio.shield(flight.joined())
         finally:
             flight.followers -= 1
 
     async def _lead(
         self, key: str, loader: Loader, ttl_s: float | None
     ) -> tuple[Entry, CacheSource]:
-        flight = _Flight(asyncio.get_running_loop().create_future())
+        flight = _Flight()
         self._flights[key] = flight
+        if self._redis is not None:
+            found = await self._lead_from_redis(key, loader, ttl_s, flight)
+            if found is not None:
+                return found
+        self._stats.misses += 1
+        loop = asyncio.get_running_loop()
+        leader = flight.leader = loop.create_future()
+        self._fly(key, flight, self._load_into(key, loader, ttl_s, flight), loop)
+        return await leader, CacheSource.LOADED
+
+    async def _lead_from_redis(
+        self, key: str, loader: Loader, ttl_s: float | None, flight: _Flight
+    ) -> tuple[Entry, CacheSource] | None:
+        """The leader's Redis read: an answer from it (fresh or stale), or None to load."""
         try:
             found = await self._read_redis(key, ttl_s)
         except BaseException:  # cancelled (or a bug): the followers still get an answer
             self._hand_over(key, loader, ttl_s, flight)
             raise
-        if found is not None:
-            entry, fresh = found
-            self._settle(key, flight, entry)
-            if fresh:
-                self._stats.redis_hits += 1
-                return entry, CacheSource.REDIS
-            self._stats.stale_served += 1
-            self._refresh_in_background(key, loader, ttl_s)
-            return entry, CacheSource.STALE
-        self._stats.misses += 1
-        self._fly(key, flight, self._load_into(key, loader, ttl_s, flight))
-        return await asyncio.shield(flight.future), CacheSource.LOADED
+        if found is None:
+            return None
+        entry, fresh = found
+        self._settle(key, flight, entry)
+        if fresh:
+            self._stats.redis_hits += 1
+            return entry, CacheSource.REDIS
+        self._stats.stale_served += 1
+        self._refresh_in_background(key, loader, ttl_s)
+        return entry, CacheSource.STALE
 
     def _hand_over(self, key: str, loader: Loader, ttl_s: float | None, flight: _Flight) -> None:
         """The leader left while reading Redis: finish for the followers, if any."""
@@ -346,33 +401,40 @@ class PredictionCache:
             self._fly(key, flight, self._resolve(key, loader, ttl_s, flight))
         else:
             self._drop_flight(key, flight)
-            flight.future.cancel()
+            flight.cancel()
 
     def _refresh_in_background(self, key: str, loader: Loader, ttl_s: float | None) -> None:
         """Stale-while-revalidate: at most one refresh per key at a time."""
         if key in self._flights or self._closed:
             return
-        flight = _Flight(asyncio.get_running_loop().create_future())
-        flight.future.add_done_callback(_consume_exception)
+        flight = _Flight()
         self._flights[key] = flight
         self._fly(key, flight, self._resolve(key, loader, ttl_s, flight, accept_stale=False))
 
-    def _fly(self, key: str, flight: _Flight, work: Awaitable[None]) -> None:
+    def _fly(
+        self,
+        key: str,
+        flight: _Flight,
+        work: Coroutine[Any, Any, None],
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
         """Run ``work``, which settles ``flight``, as a task that releases it however it ends."""
-        self._spawn(work).add_done_callback(lambda task: self._land(key, flight, task))
+        task = (loop or asyncio.get_running_loop()).create_task(work)
+        self._tasks.add(task)
+        # One done callback, not two: it forgets the task too.
+        task.add_done_callback(functools.partial(self._land, key, flight))
 
-    def _land(self, key: str, flight: _Flight, task: asyncio.Future[None]) -> None:
+    def _land(self, key: str, flight: _Flight, task: asyncio.Task[None]) -> None:
         """``task`` owned ``flight`` and ended: if it left it unsettled, nobody else will."""
+        self._tasks.discard(task)
         self._drop_flight(key, flight)
-        future = flight.future
-        if future.done():
+        if flight.settled:
             return
         if task.cancelled():  # close(), possibly before the task ever ran
-            future.cancel()
+            flight.cancel()
             return
         error = task.exception()
-        future.add_done_callback(_consume_exception)
-        future.set_exception(error or RuntimeError("the load ended without an entry"))
+        flight.set_exception(error or RuntimeError("the load ended without an entry"))
 
     async def _resolve(
         self,
@@ -401,21 +463,18 @@ class PredictionCache:
         except Exception as exc:
             self._stats.load_errors += 1
             self._drop_flight(key, flight)
-            if not flight.future.done():
-                flight.future.add_done_callback(_consume_exception)
-                flight.future.set_exception(exc)
+            flight.set_exception(exc)
             return
         except BaseException:  # cancelled by close(), or the process is exiting
             self._drop_flight(key, flight)
-            flight.future.cancel()
+            flight.cancel()
             raise
         stored = self._store(key, entry, self._ttl_s if ttl_s is None else ttl_s)
         self._settle(key, flight, stored)
 
     def _settle(self, key: str, flight: _Flight, entry: Entry) -> None:
         self._drop_flight(key, flight)
-        if not flight.future.done():
-            flight.future.set_result(entry)
+        flight.set_result(entry)
 
     def _drop_flight(self, key: str, flight: _Flight) -> None:
         if self._flights.get(key) is flight:
@@ -482,7 +541,7 @@ class PredictionCache:
 
     def _store(self, key: str, entry: Entry, ttl_s: float) -> Entry:
         wall_now = _wall_clock()
-        stored = entry._replace(stored_at=wall_now, expires_at=wall_now + ttl_s)
+        stored = Entry(entry.body, entry.content_type, entry.meta, wall_now, wall_now + ttl_s)
         self._near.put(key, stored, ttl_s, _monotonic())
         if self._redis is not None:
             self._write_to_redis(key, stored, ttl_s)

@@ -54,7 +54,7 @@ from gateway.sidecar._errors import (
     runtime_refusal,
 )
 from gateway.sidecar._logging import AccessLog
-from gateway.sidecar._metrics import SidecarMetrics
+from gateway.sidecar._metrics import BuildInfo, SidecarMetrics
 from gateway.sidecar._paths import PATHS, Action
 from gateway.sidecar._relay import aclose, relay
 from gateway.sidecar._rtb import RtbProxy
@@ -153,12 +153,18 @@ class SidecarApp:
             _configured_routes(gateway),
             operations,
         )
+        # Read on every request: False skips the sidecar's own recording.
+        self.recording = config.metrics
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(self.metrics)
+        if config.metrics:
+            self.registry.register(self.metrics)
         if rtb is not None:
             self.registry.register(rtb.metrics)
-        gateway.enable_metrics(config.metrics_label_cap)
-        self.registry.register(gateway.prometheus_collector())
+        if config.metrics:
+            gateway.enable_metrics(config.metrics_label_cap)
+            self.registry.register(gateway.prometheus_collector())
+        else:
+            self.registry.register(BuildInfo())
         # The standard process_*, python_info and python_gc_* families.
         for standard in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
             self.registry.register(standard)
@@ -295,14 +301,15 @@ class SidecarApp:
             self.in_flight -= 1
         if busy_poll is not None:
             busy_poll.touch()
-        self.metrics.record(
-            action.label,
-            self.metrics.route_label(name),
-            response.status,
-            time.perf_counter() - started,
-            len(request.body),
-            len(response.body) if isinstance(response, Response) else 0,
-        )
+        if self.recording:
+            self.metrics.record(
+                action.label,
+                self.metrics.route_label(name),
+                response.status,
+                time.perf_counter() - started,
+                len(request.body),
+                len(response.body) if isinstance(response, Response) else 0,
+            )
         return response
 
     async def _openrtb(self, rtb: RtbProxy, request: Request) -> Response:
@@ -325,14 +332,15 @@ class SidecarApp:
             self.in_flight -= 1
         if busy_poll is not None:
             busy_poll.touch()
-        self.metrics.record(
-            "openrtb",
-            "openrtb",
-            response.status,
-            time.perf_counter() - started,
-            len(request.body),
-            len(response.body),
-        )
+        if self.recording:
+            self.metrics.record(
+                "openrtb",
+                "openrtb",
+                response.status,
+                time.perf_counter() - started,
+                len(request.body),
+                len(response.body),
+            )
         return response
 
     def _admit(self, request: Request, runtime_errors: bool) -> Response | None:

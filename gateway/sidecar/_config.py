@@ -119,6 +119,11 @@ class SidecarConfig:
     # skips a wake-up, at the price of a core kept busy while traffic flows.
     # 0: off (the loop sleeps as soon as it has nothing to do).
     busy_poll_us: int = setting(default=0, ge=0, le=1_000_000)
+    # Per-request metrics: the sidecar's request counters and the gateway's
+    # call, attempt and cache counters. Recording them costs every request;
+    # false: none are recorded and /metrics keeps the build and process
+    # families (and the OpenRTB proxy's, which it records itself).
+    metrics: bool = True
     # Distinct route/target/error-code label values per family kept in
     # /metrics before new ones are counted under "other".
     metrics_label_cap: int = setting(default=100, ge=1)

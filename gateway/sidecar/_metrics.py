@@ -28,8 +28,9 @@ from gateway._observe.counting import (
     LabelCap,
     with_zeros,
 )
+from gateway._observe.prometheus import build_info_family
 
-__all__ = ["SidecarMetrics", "cumulative_only", "merge_expositions"]
+__all__ = ["BuildInfo", "SidecarMetrics", "cumulative_only", "merge_expositions"]
 
 # Why a request was refused before reaching the gateway (exported at zero).
 REJECT_REASONS = (
@@ -136,6 +137,16 @@ class SidecarMetrics:
         for operation, histogram in histograms.items():
             family.add_metric([operation], histogram.buckets(), sum_value=histogram.total)
         return family
+
+
+class BuildInfo:
+    """/metrics without per-request metrics (``[sidecar] metrics = false``): the build family."""
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        yield build_info_family()
 
 
 # -- several workers, one scrape ---------------------------------------------------

@@ -521,3 +521,22 @@ async def test_two_workers_scrapes_merge_into_one(
     assert build.value == 1
     workers = {s.labels["worker"] for s in merged["process_resident_memory_bytes"].samples}
     assert workers == {"0", "1"}
+
+
+async def test_metrics_off_records_nothing_and_metrics_still_answers(
+    emulator: Emulator, bidder: tuple[ToyBidder, Server]
+) -> None:
+    async with (
+        Sidecar(_config(emulator, bidder[1], metrics=False)) as sidecar,
+        httpx.AsyncClient(base_url=sidecar.url, timeout=10.0) as http,
+    ):
+        await _traffic(http)
+        scraped = await _scrape(http)
+        assert sidecar.app.metrics.requests == {}
+    (sample,) = scraped["sagemaker_gateway_build_info"].samples
+    assert sample.labels == {"version": gateway.__version__, "build": build_kind()}
+    assert {"process_resident_memory_bytes", "python_info"} <= set(scraped)
+    # Beside the build, only the OpenRTB proxy's own families: no request, call or cache one.
+    ours = {name for name in scraped if name.startswith("sagemaker_gateway_")}
+    others = {name for name in ours if not name.startswith("sagemaker_gateway_rtb_")}
+    assert others == {"sagemaker_gateway_build_info"}, sorted(others)
