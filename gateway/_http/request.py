@@ -14,6 +14,8 @@ from collections.abc import Callable
 from gateway._aws.sigv4 import AmzDateClock, Credentials, PresignedHead, SigV4Signer, payload_sha256
 from gateway._http.message import USER_AGENT, Origin, encode_head, header_lines
 
+# Where an Authorization header names its access key: "Credential=AKID/date/...".
+_CREDENTIAL = "Credential="
 # Presigned heads kept per RequestSigner (see RequestSigner.signed_head).
 _MAX_PRESIGNED_HEADS = 512
 
@@ -38,6 +40,10 @@ class RequestSigner:
     @property
     def signer(self) -> SigV4Signer:
         return self._signer
+
+    def current_access_key(self) -> str:
+        """The access key a request signed now would carry."""
+        return self._credentials().access_key
 
     def sign(
         self,
@@ -183,6 +189,25 @@ class PreparedRequest:
                 )
             self._head = head
         return head
+
+    def signed_access_key(self) -> str | None:
+        """The access key this request was signed with; None before signing or unsigned.
+
+        Read back from the signature only when an answer refuses the credentials.
+        """
+        text = ""
+        if self._head is not None:
+            text = self._head.decode("latin-1")
+        elif self._final is not None:
+            for name, value in self._final:
+                if name == "authorization":
+                    text = value
+        start = text.find(_CREDENTIAL)
+        if start < 0:
+            return None
+        start += len(_CREDENTIAL)
+        end = text.find("/", start)
+        return text[start:end] if end > start else None
 
     @property
     def user_agent(self) -> str:

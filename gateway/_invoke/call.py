@@ -332,8 +332,14 @@ class Invoker:
         secrets = secrets_in_headers(request.headers)
         # An inference router target answers in its own runtime's error shapes.
         if plan.routing_target is not None:
-            return decode_runtime_error(response, secrets)
-        return self.decode(response, secrets)
+            error = decode_runtime_error(response, secrets)
+        else:
+            error = self.decode(response, secrets)
+        if error.code in _REFUSED_KEYS and _keys_rotated_since(request):
+            # Signed with keys that were replaced while the request was on its way (an
+            # expired or revoked key): signed again with the current ones, it may pass.
+            error.retryable = True
+        return error
 
     def plan(self, route: Route, state: TargetState) -> TargetPlan:
         # A TargetState belongs to exactly one route, so it is the key.
@@ -756,6 +762,30 @@ class Invoker:
         except errors.GatewayError:
             return False
         return response.status == 200
+
+
+# The codes of an answer refusing the request's keys themselves (unknown, expired,
+# or a signature made with them), not what the keys may do (AccessDenied).
+_REFUSED_KEYS: Final = frozenset(
+    {
+        "UnrecognizedClientException",
+        "ExpiredToken",
+        "ExpiredTokenException",
+        "InvalidAccessKeyId",
+        "InvalidClientTokenId",
+        "InvalidSignatureException",
+        "SignatureDoesNotMatch",
+    }
+)
+
+
+def _keys_rotated_since(request: PreparedRequest) -> bool:
+    """Whether ``request`` was signed with an access key other than the current one."""
+    signer = request.signer
+    if signer is None:
+        return False
+    signed = request.signed_access_key()
+    return signed is not None and signed != signer.current_access_key()
 
 
 def _worth_retrying(error: errors.GatewayError, route: Route, tried: list[TargetState]) -> bool:
