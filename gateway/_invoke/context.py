@@ -149,8 +149,6 @@ class OperationPlan:
     __slots__ = (
         "_order",
         "answer",
-        "attributes",
-        "cached",
         "fresh",
         "key",
         "lane",
@@ -189,9 +187,8 @@ class OperationPlan:
         self.model = operation.index("TargetModel")
         self.session = operation.index("SessionId")
         self.variant = operation.index("TargetVariant")
-        self.attributes = operation.index("CustomAttributes")
-        self.cached = operation.name in _CACHED
-        self.key = KeyLayout(operation) if self.cached else None
+        # Where the cache's key fields are (None: the operation's answers are not cached).
+        self.key = KeyLayout(operation) if operation.name in _CACHED else None
         # An inference router's answer says where it routed the request.
         self.routed = lane.service == INFERENCE_ROUTER_RUNTIME
         self.ok = (200, operation.success_status)

@@ -184,35 +184,32 @@ async def invoke(
         pinned = place < 0 or members[place] is not None
         operation = plan.operation
         invoker = lane.invoker
-        emit = ctx.emit
+        sent: Awaitable[InvokeResult]
         if key is None or cached is None:
-            call = invoker.invoke(
+            sent = invoker.invoke(
                 route, operation, model, before_host, after_host, pinned, payload, deadline, agent
             )
-            if emit is None:
-                return await call
-            routed = plan.routed or bool(route.routers)
-            return await observed_call(
-                emit, route.name, model, call, False, routed, members, plan.sensitive, plan.name
+        else:
+            load = functools.partial(
+                invoker.invoke,
+                route,
+                operation,
+                model,
+                before_host,
+                after_host,
+                pinned,
+                payload,
+                deadline,
+                agent,
             )
-        load = functools.partial(
-            invoker.invoke,
-            route,
-            operation,
-            model,
-            before_host,
-            after_host,
-            pinned,
-            payload,
-            deadline,
-            agent,
-        )
-        loaded = cached.get_or_load(load, key, cache_ttl or route.config.cache_ttl_s, deadline)
+            sent = cached.get_or_load(load, key, cache_ttl or route.config.cache_ttl_s, deadline)
+        emit = ctx.emit
         if emit is None:
-            return await loaded
+            return await sent
         routed = plan.routed or bool(route.routers)
+        looked_up = key is not None
         return await observed_call(
-            emit, route.name, model, loaded, True, routed, members, plan.sensitive, plan.name
+            emit, route.name, model, sent, looked_up, routed, members, plan.sensitive, plan.name
         )
     except errors.GatewayError as error:
         if plan.sensitive:
