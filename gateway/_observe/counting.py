@@ -14,11 +14,11 @@ from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
+from gateway._observe.events import OTHER
 from gateway._observe.families import LATENCY_BUCKETS_S
 
 __all__ = ["DEFAULT_LABEL_CAP", "OTHER", "UNCONFIGURED", "Histogram", "LabelCap", "with_zeros"]
 
-OTHER = "other"
 # The route or target label of a name that is not configured.
 UNCONFIGURED = "unconfigured"
 DEFAULT_LABEL_CAP = 100
