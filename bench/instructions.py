@@ -66,24 +66,33 @@ uvloop.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"))
 
 
 class _Client(asyncio.Protocol):
-    """One keep-alive connection sending requests while the shared budget lasts."""
+    """One keep-alive connection sending requests while the shared budget lasts.
 
-    def __init__(self, request: bytes, budget: list[int], done: asyncio.Future[None]) -> None:
+    ``held``: the connection waits for ``send()`` to start and stays open when the
+    budget runs out (a count taken over connections opened beforehand).
+    """
+
+    def __init__(
+        self, request: bytes, budget: list[int], done: asyncio.Future[None], held: bool = False
+    ) -> None:
         self._request = request
         self._budget = budget
         self._done = done
+        self._held = held
         self._parser = httptools.HttpResponseParser(self)
         self._transport: asyncio.Transport | None = None
         self.errors = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
-        self._send()
+        if not self._held:
+            self.send()
 
-    def _send(self) -> None:
+    def send(self) -> None:
         assert self._transport is not None
         if self._budget[0] <= 0:
-            self._transport.close()
+            if not self._held:
+                self._transport.close()
             if not self._done.done():
                 self._done.set_result(None)
             return
@@ -96,7 +105,11 @@ class _Client(asyncio.Protocol):
     def on_message_complete(self) -> None:
         if self._parser.get_status_code() != 200:
             self.errors += 1
-        self._send()
+        self.send()
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
 
 
 async def _drive(port: int, requests: int, concurrency: int) -> int:

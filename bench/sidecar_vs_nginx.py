@@ -54,10 +54,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
 
-import httptools
-
 from bench._stub import StubServer
-from bench.instructions import _drive
+from bench.instructions import _Client, _drive
 from bench.sidecar_load import PATH, PAYLOAD, build_request, sidecar_config
 from bench.sidecar_workers import tree_cpu_seconds
 from gateway._host.build import build_kind
@@ -298,45 +296,9 @@ def parse_strace_summary(text: str) -> dict[str, int]:
     return calls
 
 
-class _Counted(asyncio.Protocol):
-    """A keep-alive connection sending requests while a shared budget lasts; stays open."""
-
-    def __init__(self, request: bytes, budget: list[int], done: asyncio.Future[None]) -> None:
-        self._request = request
-        self._budget = budget
-        self._done = done
-        self._parser = httptools.HttpResponseParser(self)
-        self._transport: asyncio.Transport | None = None
-        self.errors = 0
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
-
-    def send(self) -> None:
-        assert self._transport is not None
-        if self._budget[0] <= 0:
-            if not self._done.done():
-                self._done.set_result(None)
-            return
-        self._budget[0] -= 1
-        self._transport.write(self._request)
-
-    def data_received(self, data: bytes) -> None:
-        self._parser.feed_data(data)
-
-    def on_message_complete(self) -> None:
-        if self._parser.get_status_code() != 200:
-            self.errors += 1
-        self.send()
-
-    def close(self) -> None:
-        if self._transport is not None:
-            self._transport.close()
-
-
 async def _counted_run(
     port: int, requests: int, connections: int, start: Callable[[], None]
-) -> tuple[int, list[_Counted]]:
+) -> tuple[int, list[_Client]]:
     """``requests`` requests over ``connections`` opened before ``start()``: the number failed,
     and the connections, still open."""
     loop = asyncio.get_running_loop()
@@ -346,7 +308,7 @@ async def _counted_run(
     clients = []
     for _ in range(connections):
         _, client = await loop.create_connection(
-            lambda: _Counted(request, budget, done), "127.0.0.1", port
+            lambda: _Client(request, budget, done, held=True), "127.0.0.1", port
         )
         clients.append(client)
     start()
