@@ -69,11 +69,8 @@ class Action:
     limit: int  # the largest request body its path takes
     routed: bool  # its answer says where an inference router routed the call
     span_route: str  # a low-cardinality span name: "/endpoints/{name}/invocations"
-
-    @property
-    def runtime_errors(self) -> bool:
-        """Whether its errors take the newer runtimes' shape (the message as ``Message``)."""
-        return self.service != SAGEMAKER_RUNTIME
+    # Whether its errors take the newer runtimes' shape (the message as ``Message``).
+    runtime_errors: bool
 
 
 def label_of(service: str, action: str) -> str:
@@ -95,7 +92,9 @@ def _action_of(operation: Operation) -> tuple[str, str, Action]:
     label = label_of(operation.service.name, action)
     routed = operation.service.name == INFERENCE_ROUTER_RUNTIME and answer == BODY
     span_route = f"{prefix}{placeholder}/{action}"
-    served = Action(label, operation.service.name, operation, answer, limit, routed, span_route)
+    service = operation.service.name
+    runtime_errors = service != SAGEMAKER_RUNTIME
+    served = Action(label, service, operation, answer, limit, routed, span_route, runtime_errors)
     return prefix, action, served
 
 
@@ -126,6 +125,7 @@ class Paths:
                         limit,
                         False,
                         f"{prefix}{{name}}/{action}",
+                        True,
                     )
                     for action in actions
                 }
