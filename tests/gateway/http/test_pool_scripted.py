@@ -63,10 +63,15 @@ async def test_calls_past_max_connections_queue_and_are_served_in_arrival_order(
     async with scripted_native(max_connections=2, pool_timeout_ms=60_000) as native:
         calls = [native.start(b"%d" % index) for index in range(6)]
         await clock.idle()
-        first, second = native.network.sockets
         assert len(native.pool._waiters) == 4
-        order = []
-        for sock in (first, second, first, second, first, second):
+        # Calls 0 and 1 open the two connections, in whichever order their connects ran.
+        opened = [(await sock.next_request(), sock) for sock in native.network.sockets]
+        (sent_0, first), (sent_1, second) = sorted(opened, key=lambda pair: pair[0])
+        order = [sent_0[-1:], sent_1[-1:]]
+        first.feed(response(sent_0[-1:]))
+        second.feed(response(sent_1[-1:]))
+        # The queued calls take the released connections in the order they arrived.
+        for sock in (first, second, first, second):
             sent = await sock.next_request()
             order.append(sent[-1:])
             sock.feed(response(sent[-1:]))
