@@ -5,6 +5,7 @@
     python -m bench.sidecar_vs_nginx --quick          # tiny and short (CI): no timing claims
     python -m bench.sidecar_vs_nginx --json           # one JSON object at the end
     python -m bench.sidecar_vs_nginx --baseline /tmp/base   # and the sidecar of another checkout
+    python -m bench.sidecar_vs_nginx --floors         # and bare Python relays (the floor)
 
 The question an operator asks: what does the sidecar cost next to the proxy I
 would otherwise run? Both proxies sit in front of one ``bench._stub`` (its
@@ -28,7 +29,11 @@ calls per request: ``strace -c -f`` attached to each proxy while exactly
 ``--strace-requests`` requests go through it (after a warm-up, on
 connections opened before counting). ``--baseline DIR`` adds a third row, the
 sidecar of another checkout (a before/after in one run, rounds alternating
-over all three). Without nginx the sidecar is measured
+over all three). ``--floors`` adds two more rows, ``bench._floor_relay``:
+the least a relay in Python does per request (uvloop and httptools, a
+callback per step, no task), without and with the sidecar's signing; what
+the sidecar costs over ``floor-sig`` is its own per-request machinery, not
+the language. Without nginx the sidecar is measured
 alone, and the output says how to install nginx. Needs ``wrk`` (``apt-get
 install -y wrk``); ``strace`` is optional (``apt-get install -y strace``).
 """
@@ -54,11 +59,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
 
+from bench._floor_relay import READY_PREFIX as FLOOR_READY_PREFIX
 from bench._stub import StubServer
 from bench.instructions import _Client, _drive
 from bench.sidecar_load import PATH, PAYLOAD, build_request, sidecar_config
 from bench.sidecar_workers import tree_cpu_seconds
 from gateway._host.build import build_kind
+from gateway._server import processes as child_process
 from gateway.sidecar import SidecarProcess
 
 INSTALL_NGINX = "apt-get install -y nginx"
@@ -194,6 +201,26 @@ class SidecarUnderTest:
 
     def stop(self) -> None:
         self._process.stop()
+
+
+class FloorRelay:
+    """``bench._floor_relay``: what a Python relay costs at the least (``--sign``: and signing)."""
+
+    def __init__(self, stub_url: str, sign: bool) -> None:
+        self.name = "floor-sig" if sign else "floor"
+        command = [sys.executable, "-m", "bench._floor_relay", "--upstream", stub_url]
+        self._process = child_process.start([*command, *(["--sign"] if sign else [])])
+        try:
+            self.url = child_process.read_ready_line(
+                self._process, FLOOR_READY_PREFIX, "floor relay", timeout=30.0
+            )
+        except BaseException:
+            child_process.terminate(self._process)
+            raise
+        self.pid = self._process.pid
+
+    def stop(self) -> None:
+        child_process.terminate(self._process)
 
 
 # -- wrk --------------------------------------------------------------------------------
@@ -376,9 +403,20 @@ def _ratio_summary(ratios: list[float]) -> dict[str, float]:
 
 def _row(sample: Sample) -> str:
     return (
-        f"{sample.round:>5} {sample.proxy:<8} {sample.rps:>9.0f} {sample.p50_us:>8.0f} "
+        f"{sample.round:>5} {sample.proxy:<9} {sample.rps:>9.0f} {sample.p50_us:>8.0f} "
         f"{sample.p99_us:>8.0f} {sample.cpu_us_per_request:>10.1f} {sample.errors:>6}"
     )
+
+
+# (proxy, over, report key): each ratio the report gives when both rows were measured.
+_RATIOS = (
+    ("sidecar", "nginx", "ratios"),
+    ("baseline", "nginx", "baseline_ratios"),
+    ("sidecar", "baseline", "sidecar_vs_baseline"),
+    ("floor", "nginx", "floor_ratios"),
+    ("floor-sig", "nginx", "signed_floor_ratios"),
+    ("sidecar", "floor-sig", "sidecar_vs_signed_floor"),
+)
 
 
 def summarise(samples: list[Sample], names: list[str]) -> dict[str, object]:
@@ -395,11 +433,7 @@ def summarise(samples: list[Sample], names: list[str]) -> dict[str, object]:
     by_round: dict[int, dict[str, Sample]] = {}
     for sample in samples:
         by_round.setdefault(sample.round, {})[sample.proxy] = sample
-    for name, over, key in (
-        ("sidecar", "nginx", "ratios"),
-        ("baseline", "nginx", "baseline_ratios"),
-        ("sidecar", "baseline", "sidecar_vs_baseline"),
-    ):
+    for name, over, key in _RATIOS:
         if name in names and over in names:
             pairs = [(r[name], r[over]) for r in by_round.values()]
             report[key] = {
@@ -451,6 +485,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--baseline", type=Path, help="also the sidecar of this checkout (a before/after)"
     )
+    parser.add_argument(
+        "--floors", action="store_true", help="also bare Python relays, without and with signing"
+    )
     parser.add_argument("--quick", action="store_true", help="tiny and short, for CI")
     parser.add_argument("--json", action="store_true", help="print one JSON object at the end")
     args = parser.parse_args(argv)
@@ -470,13 +507,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     nginx = None if args.no_nginx else nginx_binary()
     with StubServer() as stub, wrk_script() as script:
-        proxies: list[NginxProcess | SidecarUnderTest] = []
+        proxies: list[NginxProcess | SidecarUnderTest | FloorRelay] = []
         try:
             if nginx is not None:
                 proxies.append(NginxProcess(nginx, stub.port))
             proxies.append(SidecarUnderTest(stub.url))
             if args.baseline is not None:
                 proxies.append(SidecarUnderTest(stub.url, args.baseline))
+            if args.floors:
+                proxies += [FloorRelay(stub.url, sign=False), FloorRelay(stub.url, sign=True)]
             names = [proxy.name for proxy in proxies]
             features = "(1 worker, signing, routing, metrics)"
             described = {
@@ -485,6 +524,8 @@ def main(argv: list[str] | None = None) -> int:
                 "sidecar": f"sidecar, {build_kind()} build {features}",
                 "baseline": f"baseline: the sidecar of {args.baseline}, "
                 f"{_build_kind_of(args.baseline) if args.baseline else ''} build {features}",
+                "floor": "floor: a bare Python relay (uvloop, httptools, no signing)",
+                "floor-sig": "floor-sig: the bare relay, signing as the sidecar does",
             }
             print(f"stub {stub.url}; " + "; ".join(f"{described[p.name]} {p.url}" for p in proxies))
             if nginx is None:
@@ -495,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{args.rounds} rounds, order alternating"
             )
             print(
-                f"{'round':>5} {'proxy':<8} {'req/s':>9} {'p50_us':>8} {'p99_us':>8} "
+                f"{'round':>5} {'proxy':<9} {'req/s':>9} {'p50_us':>8} {'p99_us':>8} "
                 f"{'cpu_us/req':>10} {'errors':>6}",
                 flush=True,
             )
@@ -515,15 +556,12 @@ def main(argv: list[str] | None = None) -> int:
             for name in names:
                 m = medians[name]
                 print(
-                    f"{'':>5} {name:<8} {m['rps']:>9.0f} {m['p50_us']:>8.0f} "
+                    f"{'':>5} {name:<9} {m['rps']:>9.0f} {m['p50_us']:>8.0f} "
                     f"{m['p99_us']:>8.0f} {m['cpu_us_per_request']:>10.1f}"
                 )
-            for key, label in (
-                ("ratios", "sidecar/nginx"),
-                ("baseline_ratios", "baseline/nginx"),
-                ("sidecar_vs_baseline", "sidecar/baseline"),
-            ):
+            for name, over, key in _RATIOS:
                 ratios = report.get(key)
+                label = f"{name}/{over}"
                 if isinstance(ratios, dict):
                     print(
                         f"{label}: CPU per request {_format_ratio(ratios['cpu_per_request'])}, "
@@ -541,7 +579,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _syscalls_section(
-    proxies: list[NginxProcess | SidecarUnderTest], args: argparse.Namespace
+    proxies: list[NginxProcess | SidecarUnderTest | FloorRelay], args: argparse.Namespace
 ) -> dict[str, float]:
     if args.strace_requests <= 0:
         return {}
@@ -558,7 +596,7 @@ def _syscalls_section(
     for proxy in proxies:
         calls = count_syscalls(proxy, requests, args.connections)
         per_request[proxy.name] = round(sum(calls.values()) / requests, 2)
-        print(f"{'':>5} {proxy.name:<8} {_format_calls(calls, requests)}", flush=True)
+        print(f"{'':>5} {proxy.name:<9} {_format_calls(calls, requests)}", flush=True)
     return per_request
 
 

@@ -128,3 +128,34 @@ def test_without_nginx_the_sidecar_is_measured_alone() -> None:
     rows = [line.split() for line in result.stdout.splitlines() if re.match(r"^\s+1 ", line)]
     assert [row[1] for row in rows] == ["sidecar"]
     assert "sidecar/nginx" not in result.stdout
+
+
+def test_floors_add_the_bare_relays_beside_the_sidecar() -> None:
+    _require(shutil.which("wrk"), "wrk")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.sidecar_vs_nginx",
+            "--quick",
+            "--no-nginx",
+            "--floors",
+            "--rounds",
+            "1",
+            "--strace-requests",
+            "0",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = [line.split() for line in result.stdout.splitlines() if re.match(r"^\s+1 ", line)]
+    assert [row[1] for row in rows] == ["sidecar", "floor", "floor-sig"]
+    assert all(row[6] == "0" for row in rows)  # every request relayed, signed or not
+    report = json.loads(result.stdout.splitlines()[-1])
+    ratio = report["sidecar_vs_signed_floor"]["cpu_per_request"]
+    assert 0 < ratio["min"] <= ratio["median"] <= ratio["max"]
+    assert "floor_ratios" not in report  # no nginx row to divide by
