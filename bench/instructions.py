@@ -24,9 +24,11 @@ Needs valgrind (``apt-get install -y valgrind``).
 ``--config-json`` merges a JSON object into the sidecar's config (a feature
 switched on costs the difference it makes). ``--attribute`` reads the
 profile back (``callgrind_annotate``) and prints the instructions per
-request spent inside each feature's functions, inclusive of what they call:
-the compiled build only, where each function has a name of its own (plain
-Python runs them all inside the interpreter's eval loop).
+request spent inside each feature's functions, inclusive of what they call
+(the compiled build only, where each function has a name of its own: plain
+Python runs them all inside the interpreter's eval loop); then the
+instructions per request in each library's own code (the interpreter's
+object runtime, hashing, the compiled hot path, the parser, the loop).
 """
 
 from __future__ import annotations
@@ -201,6 +203,48 @@ def attribute(out_file: Path, requests: int) -> dict[str, float]:
     }
 
 
+def by_library(out_file: Path, requests: int) -> dict[str, float]:
+    """Instructions per request spent in each shared object's own code (callgrind's self cost).
+
+    Where the time goes by kind: the interpreter's object runtime (libpython),
+    hashing (libcrypto), the compiled hot path, the parser, the loop.
+    """
+    annotated = subprocess.run(
+        ["callgrind_annotate", "--threshold=100", "--auto=no", str(out_file)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return {library: count / requests for library, count in self_cost_by_library(annotated)}
+
+
+_SELF_COST_LINE = re.compile(r"\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+(\S*?):(\S+)(?:\s+\[(.+)\])?\s*$")
+# Inlined code that callgrind names by a header file, without its object: mypyc's
+# functions (CPyDef_..., CPyPy_...) are the compiled hot path's, a header of
+# CPython's own source tree (Include/) the interpreter's; the rest is unnamed.
+_COMPILED = "the compiled hot path (inlined)"
+_INTERPRETER = "libpython (inlined)"
+_UNNAMED = "(inlined, no object named)"
+
+
+def self_cost_by_library(annotated: str) -> list[tuple[str, int]]:
+    """``callgrind_annotate``'s self-cost lines summed by object, the largest first."""
+    totals: dict[str, int] = {}
+    for line in annotated.splitlines():
+        found = _SELF_COST_LINE.match(line)
+        if found is None:
+            continue
+        count, source, function, library = found.groups()
+        if library:
+            name = Path(library).name
+        elif function.startswith("CPy"):
+            name = _COMPILED
+        else:
+            name = _INTERPRETER if "/Include/" in source else _UNNAMED
+        totals[name] = totals.get(name, 0) + int(count.replace(",", ""))
+    return sorted(totals.items(), key=lambda item: -item[1])
+
+
 def _merged(base: dict[str, object], overlay: dict[str, object]) -> dict[str, object]:
     merged = dict(base)
     for key, value in overlay.items():
@@ -218,6 +262,7 @@ def sidecar_instructions(
     concurrency: int,
     overlay: dict[str, object] | None = None,
     features: dict[str, float] | None = None,
+    libraries: dict[str, float] | None = None,
 ) -> float:
     """Instructions the sidecar of ``tree`` runs per request (after a warm-up).
 
@@ -256,6 +301,8 @@ def sidecar_instructions(
         dump = Path(directory, "callgrind.out.1")
         if features is not None:
             features.update(attribute(dump, requests))
+        if libraries is not None:
+            libraries.update(by_library(dump, requests))
         return _instructions(dump) / requests
 
 
@@ -297,13 +344,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     tree = args.tree.resolve()
     features: dict[str, float] | None = None
+    libraries: dict[str, float] = {}
     if args.library:
         per_call = library_instructions(tree, args.requests // 2, args.metrics)
         what = "Gateway.invoke" + (" with metrics" if args.metrics else "")
     else:
         features = {} if args.attribute else None
         per_call = sidecar_instructions(
-            tree, args.requests, args.concurrency, args.config_json, features
+            tree, args.requests, args.concurrency, args.config_json, features, libraries
         )
         what = f"sidecar request at concurrency {args.concurrency}"
         if args.config_json:
@@ -313,6 +361,9 @@ def main(argv: list[str] | None = None) -> int:
         if not any(features.values()):
             print("no per-feature figures: the hot path of this tree is not compiled")
         for name, count in features.items():
+            print(f"  {count:>9,.0f}  {100 * count / per_call:5.1f}%  {name}")
+        print("by library (each one's own code, callgrind's self cost):")
+        for name, count in libraries.items():
             print(f"  {count:>9,.0f}  {100 * count / per_call:5.1f}%  {name}")
     return 0
 
