@@ -15,6 +15,7 @@ through :class:`_ServerView` and :class:`ReaderOwner`, so it imports neither.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Final, Protocol
 
 import httptools
@@ -79,7 +80,11 @@ class _StopParsing(Exception):
     """Raised inside a parser callback to stop at a limit (see ``_stop``)."""
 
 
+# The server's logger (the writer's too): the reader logs only its own failures.
+logger = logging.getLogger("gateway.http_server")
+
 _MALFORMED: Final = _Reject(400, "malformed HTTP request")
+_INTERNAL_ERROR: Final = _Reject(500, "internal server error")
 
 
 def _unsupported_version(version: str) -> _Reject:
@@ -346,6 +351,23 @@ class RequestReader:
         self._header_pairs.append((lower, value.decode("latin-1")))
 
     def on_headers_complete(self) -> None:
+        try:
+            self._head_complete()
+        except _StopParsing:
+            raise
+        except Exception:
+            raise self._callback_failed("request head") from None
+
+    def _callback_failed(self, stage: str) -> _StopParsing:
+        """A bug in the server or its head check, not a malformed request: a 500, logged.
+
+        Left to httptools, the exception would come back as a parser error and be
+        answered "400 malformed HTTP request", blaming the client and hiding the trace.
+        """
+        logger.exception("handling the %s failed", stage)
+        return self._stop(_INTERNAL_ERROR)
+
+    def _head_complete(self) -> None:
         self.phase = _BODY
         self.phase_since = self._loop.time()
         declared = -1
@@ -401,7 +423,10 @@ class RequestReader:
     def on_message_complete(self) -> None:
         parts = self._body_parts
         body = parts[0] if len(parts) == 1 else b"".join(parts)
-        self._connection.enqueue(self._build_request(body))
+        try:
+            self._connection.enqueue(self._build_request(body))
+        except Exception:
+            raise self._callback_failed("complete request") from None
         self._reset_message()
         # The idle clock starts when the worker has answered (the connection's
         # _serve_queue): until then the connection is busy and no idle timeout applies.

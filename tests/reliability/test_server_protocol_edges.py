@@ -323,6 +323,36 @@ async def test_a_head_check_refuses_before_the_body_and_lets_others_through() ->
     assert seen == ["/a 0", "/b 0"]  # the check sees heads only
 
 
+async def test_a_failing_head_check_is_a_logged_500_not_the_clients_400(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A bug in the check (or the server) is the server's failure: answered 500 and
+    logged with its trace, where httptools alone would report a malformed request."""
+
+    def check(request: Request) -> Response | None:
+        if request.path == "/bug":
+            raise LookupError("the check's own bug")
+        return None
+
+    server = await start_server(_handler, "127.0.0.1", 0, limits=LIMITS, head_check=check)
+    try:
+        with caplog.at_level(logging.ERROR, logger="gateway.http_server"):
+            failed = await _exchange(
+                server, b"POST /bug HTTP/1.1\r\nhost: x\r\ncontent-length: 4\r\n\r\nbody"
+            )
+        fine = await _exchange(
+            server,
+            b"POST /ok HTTP/1.1\r\nhost: x\r\ncontent-length: 4\r\nconnection: close\r\n\r\nbody",
+        )
+    finally:
+        await server.close(grace=1.0)
+    assert failed.startswith(b"HTTP/1.1 500 ")
+    assert fine.startswith(b"HTTP/1.1 200 OK\r\n") and fine.endswith(b"body")
+    [record] = [r for r in caplog.records if r.name == "gateway.http_server"]
+    assert record.getMessage() == "handling the request head failed"
+    assert record.exc_info is not None and isinstance(record.exc_info[1], LookupError)
+
+
 # -- listener close with requests pipelined behind the one in flight ------------
 
 
