@@ -29,7 +29,12 @@ calls per request: ``strace -c -f`` attached to each proxy while exactly
 ``--strace-requests`` requests go through it (after a warm-up, on
 connections opened before counting). ``--baseline DIR`` adds a third row, the
 sidecar of another checkout (a before/after in one run, rounds alternating
-over all three). ``--floors`` adds two more rows, ``bench._floor_relay``:
+over all three). A before/after has a bias to calibrate: in A/A runs (``--baseline``
+naming this checkout, 6 rounds each) the sidecar started first, this checkout's,
+used 1.06x-1.16x the CPU per request of the other in each of five runs, and
+0.96x when the baseline was started first. Run the pair both ways (from each
+checkout, ``--baseline`` naming the other) and compare with an A/A run of the
+same length. ``--floors`` adds two more rows, ``bench._floor_relay``:
 the least a relay in Python does per request (uvloop and httptools, a
 callback per step, no task), without and with the sidecar's signing; what
 the sidecar costs over ``floor-sig`` is its own per-request machinery, not
@@ -191,8 +196,11 @@ class SidecarUnderTest:
     def __init__(self, stub_url: str, tree: Path | None = None) -> None:
         self.name = "sidecar" if tree is None else "baseline"
         config = sidecar_config(stub_url)
-        # PYTHONSAFEPATH: the working directory (maybe this checkout) never shadows the tree.
-        env = None if tree is None else {"PYTHONPATH": str(tree), "PYTHONSAFEPATH": "1"}
+        # Both rows start alike, this checkout's sidecar too (one confound less in an
+        # A/A run; see the module docstring). PYTHONSAFEPATH: the working directory
+        # (maybe this checkout) never shadows the tree.
+        root = tree if tree is not None else Path(__file__).resolve().parents[1]
+        env = {"PYTHONPATH": str(root), "PYTHONSAFEPATH": "1"}
         self._process = SidecarProcess.start(
             config, "127.0.0.1:0", ("--log-level", "WARNING", "--workers", "1"), env
         )
