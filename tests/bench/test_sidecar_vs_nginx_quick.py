@@ -104,26 +104,18 @@ def test_quick_run_reports_both_proxies_and_their_ratio() -> None:
     assert set(report["syscalls_per_request"]) == {"nginx", "sidecar"}
 
 
+def _sidecar_alone(*extra: str) -> subprocess.CompletedProcess[str]:
+    """One quick round without nginx or strace (plus ``extra``), which must succeed."""
+    command = [sys.executable, "-m", "bench.sidecar_vs_nginx", "--quick", "--no-nginx"]
+    command += ["--rounds", "1", "--strace-requests", "0", *extra]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
 def test_without_nginx_the_sidecar_is_measured_alone() -> None:
     _require(shutil.which("wrk"), "wrk")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.sidecar_vs_nginx",
-            "--quick",
-            "--no-nginx",
-            "--rounds",
-            "1",
-            "--strace-requests",
-            "0",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = _sidecar_alone()
     assert "nginx: skipped, --no-nginx; the sidecar alone" in result.stdout
     rows = [line.split() for line in result.stdout.splitlines() if re.match(r"^\s+1 ", line)]
     assert [row[1] for row in rows] == ["sidecar"]
@@ -132,26 +124,7 @@ def test_without_nginx_the_sidecar_is_measured_alone() -> None:
 
 def test_floors_add_the_bare_relays_beside_the_sidecar() -> None:
     _require(shutil.which("wrk"), "wrk")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.sidecar_vs_nginx",
-            "--quick",
-            "--no-nginx",
-            "--floors",
-            "--rounds",
-            "1",
-            "--strace-requests",
-            "0",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = _sidecar_alone("--floors", "--json")
     rows = [line.split() for line in result.stdout.splitlines() if re.match(r"^\s+1 ", line)]
     assert [row[1] for row in rows] == ["sidecar", "floor", "floor-sig"]
     assert all(row[6] == "0" for row in rows)  # every request relayed, signed or not
