@@ -22,6 +22,7 @@ import time
 
 from gateway import errors
 from gateway._http.connection import Connection, NativeStream
+from gateway._http.deadlines import Slot
 from gateway._http.interfaces import TransportStats, make_ssl_context
 from gateway._http.message import Origin, RawResponse
 from gateway._http.options import PoolConfig
@@ -79,23 +80,65 @@ class NativeTransport:
     def open_connections(self) -> int:
         return sum(pool.open_connections for pool in self._pools.values())
 
-    async def request(self, request: PreparedRequest, deadline: float) -> RawResponse:
-        origin = request.origin
+    def _pool_of(self, origin: Origin) -> OriginPool:
         pool = self._last_pool
         if pool is None or pool.origin is not origin:
             # Most gateways send everything to one origin: skip the lookup.
             pool = self._last_pool = self._pool(origin)
+        return pool
+
+    def idle_connection(self, origin: Origin, now: float) -> Connection | None:
+        """A warm socket to ``origin``, taken now without suspending; None if none is ready.
+
+        For :meth:`send_on`: a caller that can only go on without suspending
+        (a protocol callback) takes its socket first, then commits to the call.
+        """
+        return self._pool_of(origin).pop_idle(now)
+
+    def send_on(
+        self, connection: Connection, request: PreparedRequest, deadline: float, now: float
+    ) -> tuple[asyncio.Future[RawResponse], Slot]:
+        """Write ``request`` on ``connection`` (from :meth:`idle_connection`); its answer's
+        future and the deadline slot to pop it from when the answer is in.
+
+        The future fails with :class:`~gateway.errors.StaleConnection` where the
+        socket died while idle (before any answer byte, or before the write):
+        :meth:`request` with ``fresh=True`` is then the one silent retry.
+        """
+        pool = self._pool_of(request.origin)
+        waiter = connection.send(request.encoded_head() + request.body, True)
+        if waiter is None:
+            # Closed between the pop and the write: nothing was sent.
+            waiter = pool.loop.create_future()
+            waiter.set_exception(
+                errors.StaleConnection("connection closed before the request was sent", sent=False)
+            )
+            return waiter, {}
+        stats = self.stats
+        stats.requests += 1
+        stats.reused += 1
+        return waiter, pool.deadlines.arm(connection, waiter, deadline, now)
+
+    async def request(
+        self, request: PreparedRequest, deadline: float, fresh: bool = False
+    ) -> RawResponse:
+        """``request``'s answer; ``fresh``: on a new socket, with no silent retry left
+        (a resend after :meth:`send_on`'s socket went stale)."""
+        pool = self._pool_of(request.origin)
         now = time.monotonic()
         if now >= deadline:
             raise _expired()
         # The common case takes a warm socket without suspending.
-        connection = pool.pop_idle(now)
+        connection = None if fresh else pool.pop_idle(now)
         reused = True
         if connection is None:
-            connection, reused = await pool.acquire(deadline)
+            if fresh:
+                connection, reused = await pool.acquire_fresh(deadline, now)
+            else:
+                connection, reused = await pool.acquire(deadline)
             now = _unexpired(pool, connection, deadline)
         stats = self.stats
-        retried = False
+        retried = fresh
         while True:
             body = request.body
             if len(body) < 65536:

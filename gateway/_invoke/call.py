@@ -52,8 +52,10 @@ from typing import Final
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
 from gateway import errors
+from gateway._http.deadlines import Slot
 from gateway._http.interfaces import StreamingResponse, Transport
 from gateway._http.message import RawResponse
+from gateway._http.native import NativeTransport
 from gateway._http.request import PreparedRequest
 from gateway._invoke.api import (
     INVOKE,
@@ -93,8 +95,10 @@ from gateway.routing import Outcome, Route, TargetState
 __all__ = [
     "CallSpec",
     "Invoker",
+    "RelayedCall",
     "about_target",
     "emit_cached_call",
+    "emit_call_finished",
     "new_event",
     "observed_call",
     "prepared",
@@ -309,6 +313,110 @@ def record(
         emit_attempt(emit, route.name, state.key, endpoint, kind, started, error)
 
 
+class RelayedCall:
+    """A call whose first attempt :meth:`Invoker.relay` sent from a protocol callback.
+
+    ``answer`` is that attempt's future. Once it is done, :meth:`result` is the
+    answer of a call that succeeded at once (recorded, as :meth:`Invoker.invoke`
+    records it); otherwise :meth:`rest` is the rest of the call, as ``invoke``
+    goes on: the one silent resend of a socket that died while idle, then the
+    retries within the route's budget and the deadline.
+    """
+
+    __slots__ = (
+        "answer",
+        "call_started",
+        "invoker",
+        "plan",
+        "request",
+        "route",
+        "slot",
+        "spec",
+        "started",
+        "state",
+    )
+
+    def __init__(
+        self,
+        invoker: Invoker,
+        route: Route,
+        state: TargetState,
+        plan: TargetPlan,
+        started: float,
+        request: PreparedRequest,
+        answer: asyncio.Future[RawResponse],
+        slot: Slot,
+    ) -> None:
+        self.invoker = invoker
+        self.route = route
+        self.state = state
+        self.plan = plan
+        self.started = started
+        self.request = request
+        self.answer = answer
+        self.slot = slot
+        # The CallSpec's fields, built into one only if the first attempt fails.
+        self.spec: tuple[
+            Operation,
+            str | None,
+            tuple[tuple[str, str], ...],
+            list[tuple[str, str]],
+            bool,
+            bytes,
+            float,
+        ] = (INVOKE, None, (), [], False, b"", 0.0)
+        # When the call began, for its CallFinished (set by the pipeline when a hook listens).
+        self.call_started = 0.0
+
+    @property
+    def model(self) -> str | None:
+        return self.spec[1]
+
+    def result(self) -> InvokeResult | None:
+        """The answer, once ``answer`` is done, if the first attempt succeeded; else None."""
+        answer = self.answer
+        self.slot.pop(answer, None)
+        if answer.cancelled() or answer.exception() is not None:
+            return None
+        response = answer.result()
+        if response.status != 200:
+            return None
+        plan = self.plan
+        record(
+            self.route, self.state, plan.endpoint, self.started, None, PRIMARY, self.invoker.emit
+        )
+        return result_from_response(response, plan.endpoint)
+
+    async def rest(self) -> InvokeResult:
+        """The rest of the call, once :meth:`result` said None."""
+        invoker = self.invoker
+        request = self.request
+        plan = self.plan
+        try:
+            try:
+                response = self.answer.result()  # raises the attempt's failure
+            except errors.StaleConnection:
+                # The socket died while idle: the transport's one silent resend, fresh.
+                transport = invoker._transport
+                assert isinstance(transport, NativeTransport)  # relay() sends on no other
+                transport.stats.stale_retries += 1
+                response = await transport.request(request, self.spec[6], fresh=True)
+            if response.status == 200:
+                record(
+                    self.route, self.state, plan.endpoint, self.started, None, PRIMARY, invoker.emit
+                )
+                return result_from_response(response, plan.endpoint)
+            failure: BaseException = invoker._decode(plan, response, request)
+        except BaseException as error:  # recorded by _first_failed, then retried or re-raised
+            failure = error
+        operation, model, before_host, after_host, pinned, body, deadline = self.spec
+        call = CallSpec(
+            self.route, operation, model, before_host, after_host, pinned, body, deadline
+        )
+        call.user_agent = request.caller_agent
+        return await invoker._first_failed(call, self.state, self.started, request, failure)
+
+
 class Invoker:
     """Runs calls over a router's routes through one transport."""
 
@@ -451,12 +559,71 @@ class Invoker:
             route, operation, model, before_host, after_host, variant_pinned, body, deadline
         )
         call.user_agent = user_agent
+        return await self._first_failed(call, state, started, request, failure)
+
+    async def _first_failed(
+        self,
+        call: CallSpec,
+        state: TargetState,
+        started: float,
+        request: PreparedRequest,
+        failure: BaseException,
+    ) -> InvokeResult:
+        """The rest of a call whose first attempt (``request``, to ``state``) failed."""
         call.attempts = 1
         call.payload_hash = request.payload_hash  # hashed once, whatever the attempts
         self._finish(call, state, started, failure, PRIMARY)
         if isinstance(failure, errors.GatewayError):
             return await self._after_failure(call, failure, [state])
         raise failure
+
+    def relay(
+        self,
+        route: Route,
+        operation: Operation,
+        model: str | None,
+        before_host: tuple[tuple[str, str], ...],
+        after_host: list[tuple[str, str]],
+        variant_pinned: bool,
+        body: bytes,
+        deadline: float,
+        user_agent: str | None = None,
+    ) -> RelayedCall | None:
+        """:meth:`invoke`'s first attempt, sent without suspending (from a protocol
+        callback); None, with nothing started, where it cannot be: no warm socket to
+        its target, a target not planned yet, the native transport not in use.
+
+        The caller checks what :meth:`invoke` would do otherwise: no hedging on
+        ``route``, no inference router among its targets.
+        """
+        transport = self._transport
+        if not isinstance(transport, NativeTransport):
+            return None
+        now = time.monotonic()
+        if now >= deadline:
+            return None
+        state = route.pick(model)
+        if state is None:
+            return None
+        plan = self._plans.get(state)
+        if plan is None:
+            return None  # planned (and a bad name refused) on invoke's path first
+        connection = transport.idle_connection(plan.origin, now)
+        if connection is None:
+            return None
+        started = route.start(state)
+        request = prepared(plan, operation, before_host, after_host, variant_pinned, body)
+        if user_agent is not None:
+            request.caller_agent = user_agent
+        try:
+            answer, slot = transport.send_on(connection, request, deadline, now)
+        except Exception as error:  # signing failed: recorded as the attempt's failure
+            answer = asyncio.get_running_loop().create_future()
+            answer.set_exception(error)
+            slot = {}
+        relayed = RelayedCall(self, route, state, plan, started, request, answer, slot)
+        relayed.spec = (operation, model, before_host, after_host, variant_pinned, body, deadline)
+        return relayed
 
     def _stamp(self, call: CallSpec, result: InvokeResult) -> InvokeResult:
         result.attempts = call.attempts
@@ -813,21 +980,43 @@ async def observed_call(
     members: tuple[object, ...],
     sensitive: tuple[int, ...],
     operation: str = INVOKE_ENDPOINT,
+    started: float | None = None,
 ) -> InvokeResult:
     """One call between CallStarted and CallFinished (only when a hook listens).
 
     ``routed``: the answer may carry an inference router's reason and resource
     (read only then: it parses the head). ``sensitive``: the places in the call's
     ``members`` of its secrets; an answer's request id that holds one reads ``other``.
+    ``started``: when the call began, where its CallStarted is emitted already.
     """
-    emit(new_event(CallStarted, (route, model, operation)))
-    started = time.monotonic()
+    if started is None:
+        emit(new_event(CallStarted, (route, model, operation)))
+        started = time.monotonic()
     try:
         result = await call
     except BaseException as error:
         duration = time.monotonic() - started
         emit(call_failed(route, model, None, duration, error, operation))
         raise
+    emit_call_finished(
+        emit, route, model, started, result, cached, routed, members, sensitive, operation
+    )
+    return result
+
+
+def emit_call_finished(
+    emit: Emit,
+    route: str,
+    model: str | None,
+    started: float,
+    result: InvokeResult,
+    cached: bool,
+    routed: bool,
+    members: tuple[object, ...],
+    sensitive: tuple[int, ...],
+    operation: str,
+) -> None:
+    """The CallFinished of a call that ``result`` answered (see :func:`observed_call`)."""
     if cached:
         emit(CacheLookup(route, result.cache or "miss"))
     reason = resource = None
@@ -858,7 +1047,6 @@ async def observed_call(
             ),
         )
     )
-    return result
 
 
 def call_failed(

@@ -44,7 +44,15 @@ from gateway._invoke.api import (
     secrets_in,
     secrets_named,
 )
-from gateway._invoke.call import call_failed, emit_cached_call, observed_call, prepared
+from gateway._invoke.call import (
+    RelayedCall,
+    call_failed,
+    emit_cached_call,
+    emit_call_finished,
+    new_event,
+    observed_call,
+    prepared,
+)
 from gateway._invoke.context import NOT_STARTED, CallContext, OperationPlan
 from gateway._invoke.streaming import InvokeStream, OpenedStream, payload_parts
 from gateway._observe.events import CallFinished, CallStarted, Emit
@@ -60,6 +68,9 @@ __all__ = [
     "invoke_later",
     "invoke_queued",
     "invoke_queued_later",
+    "relay",
+    "relay_answered",
+    "relay_rest",
     "stream",
 ]
 
@@ -233,6 +244,117 @@ async def invoke_later(
     """:func:`invoke` of an operation whose lane starts on its first call."""
     plan = await ctx.plan(service, operation_name)
     return await invoke(ctx, plan, name, body, values, names, timeout, cache, cache_ttl, user_agent)
+
+
+# -- a body, from a protocol callback ---------------------------------------------
+
+
+def relay(
+    ctx: CallContext,
+    plan: OperationPlan,
+    name: str,
+    body: bytes,
+    members: tuple[object, ...],
+    timeout: float | None,
+    user_agent: str | None,
+) -> RelayedCall | None:
+    """:func:`invoke`'s call with its first attempt sent without suspending: for a relay
+    that answers from its protocol callbacks (the sidecar's relay lane).
+
+    None, with nothing started, where the call needs :func:`invoke`'s whole path:
+    a cache, a hedge, an inference router, credentials to wait for, a hook that
+    reads request ids, a body over the limit, a route, member or agent refused,
+    no warm socket. ``timeout`` is checked by the caller. Once the attempt's
+    ``answer`` is done: :func:`relay_answered`, then :func:`relay_rest` if it
+    said None.
+    """
+    lane = plan.lane
+    if not ctx.started or ctx.cached is not None or not lane.started or len(body) > plan.limit:
+        return None
+    emit = ctx.emit
+    if emit is not None and getattr(emit, "reads_request_id", True):
+        return None
+    try:
+        route = lane.router.resolve(name)
+    except errors.ConfigError:
+        return None
+    if route.hedging or route.routers:
+        return None
+    credentials = ctx.credentials
+    if credentials is not None and credentials.must_wait():
+        return None
+    if timeout is None:
+        timeout = route.timeout_s or ctx.default_timeout
+    shape = plan.shapes.get(members)
+    try:
+        if shape is None:
+            shape = plan.shape(members)
+        agent = None if user_agent is None else ctx.caller_agent(user_agent)
+    except errors.GatewayError:
+        return None  # a member or agent refused: invoke's path answers it
+    before_host, after_host, _ = shape
+    place = plan.model
+    found = None if place < 0 else members[place]
+    model = None if found is None else str(found)
+    place = plan.variant
+    pinned = place < 0 or members[place] is not None
+    deadline = time.monotonic() + timeout
+    call = lane.invoker.relay(
+        route, plan.operation, model, before_host, after_host, pinned, body, deadline, agent
+    )
+    if call is not None and emit is not None:
+        emit(new_event(CallStarted, (route.name, model, plan.name)))
+        call.call_started = time.monotonic()
+    return call
+
+
+def relay_answered(
+    ctx: CallContext, plan: OperationPlan, call: RelayedCall, members: tuple[object, ...]
+) -> InvokeResult | None:
+    """A :func:`relay` call's answer once its attempt is done; None: see :func:`relay_rest`."""
+    result = call.result()
+    emit = ctx.emit
+    if result is not None and emit is not None and call.call_started:
+        route = call.route.name
+        emit_call_finished(
+            emit,
+            route,
+            call.model,
+            call.call_started,
+            result,
+            False,
+            False,
+            members,
+            plan.sensitive,
+            plan.name,
+        )
+    return result
+
+
+async def relay_rest(
+    ctx: CallContext, plan: OperationPlan, call: RelayedCall, members: tuple[object, ...]
+) -> InvokeResult:
+    """The rest of a :func:`relay` call whose first attempt did not succeed."""
+    try:
+        emit = ctx.emit
+        if emit is None or not call.call_started:
+            return await call.rest()
+        return await observed_call(
+            emit,
+            call.route.name,
+            call.model,
+            call.rest(),
+            False,
+            False,
+            members,
+            plan.sensitive,
+            plan.name,
+            call.call_started,
+        )
+    except errors.GatewayError as error:
+        if plan.sensitive:
+            redacted(error, plan.secrets(members))
+        raise
 
 
 # -- a stream ------------------------------------------------------------------

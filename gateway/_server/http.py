@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import socket
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from gateway._server.messages import (
@@ -36,6 +36,7 @@ from gateway._server.messages import (
     BodyLimits,
     Handler,
     HeadCheck,
+    Relay,
     Request,
     Response,
     ServerLimits,
@@ -60,6 +61,7 @@ __all__ = [
     "BodyLimits",
     "Handler",
     "HeadCheck",
+    "Relay",
     "Request",
     "Response",
     "Server",
@@ -68,6 +70,16 @@ __all__ = [
     "UnsafeHeader",
     "start_server",
 ]
+
+
+class _Awaited:
+    """A request a relay took and handed back with an awaitable of its answer."""
+
+    __slots__ = ("answer", "request")
+
+    def __init__(self, request: Request, answer: Awaitable[Response]) -> None:
+        self.request = request
+        self.answer = answer
 
 
 class _Connection(ReaderOwner):
@@ -100,7 +112,7 @@ class _Connection(ReaderOwner):
         self._server = server
         self._loop = server.loop
         self._transport: asyncio.Transport | None = None
-        self._queue: deque[Request | _Reject] = deque()
+        self._queue: deque[Request | _Reject | _Awaited] = deque()
         self._queued_bytes = 0  # body bytes of the requests waiting in _queue
         # One worker task per connection, started with its first request and
         # kept: between requests it waits on a future, which costs less than
@@ -166,21 +178,56 @@ class _Connection(ReaderOwner):
     # request queue ---------------------------------------------------------
 
     def enqueue(self, item: Request | _Reject) -> None:
-        """Queue ``item`` for the worker (the reader's requests and refusals come here)."""
+        """Queue ``item`` for the worker (the reader's requests and refusals come here).
+
+        With nothing queued or in flight, the server's relay may take a request
+        first: then the connection is serving until it answers (``_relayed``).
+        """
+        if not self._serving:
+            self._serving = True
+            relay = self._server.relay
+            taken = (
+                relay is not None
+                and isinstance(item, Request)
+                and not self._queue
+                and relay.take(item, self._relayed)
+            )
+            if taken:
+                return
+            self._queue.append(item)
+            if isinstance(item, Request):
+                self._queued_bytes += len(item.body)
+            self._wake_worker()
+            return
         self._queue.append(item)
         if isinstance(item, Request):
             self._queued_bytes += len(item.body)
-        if not self._serving:
-            self._serving = True
-            wakeup = self._wakeup
-            if wakeup is not None and not wakeup.done():
-                wakeup.set_result(None)
-            elif self._worker is None:
-                self._worker = self._loop.create_task(self._serve_queue())
-            return
         limits = self._server.limits
         if len(self._queue) >= limits.max_pipelined or self._queued_bytes > limits.max_queued_bytes:
             self._reader.update_reading()
+
+    def _wake_worker(self) -> None:
+        wakeup = self._wakeup
+        if wakeup is not None and not wakeup.done():
+            wakeup.set_result(None)
+        elif self._worker is None:
+            self._worker = self._loop.create_task(self._serve_queue())
+
+    def _relayed(self, request: Request, answer: Response | Awaitable[Response]) -> None:
+        """The relay's answer to the request it took (see :class:`Relay`)."""
+        transport = self._transport
+        if transport is None:
+            return  # the client left; a task goes on alone (it records its call)
+        if not isinstance(answer, Response):
+            # Answered before anything pipelined behind it.
+            self._queue.appendleft(_Awaited(request, answer))
+            self._wake_worker()
+            return
+        self._write(transport, request, answer)
+        if self._queue or self._writer.paused:
+            self._wake_worker()  # it drains first, then answers what waits
+        else:
+            self._idle()
 
     def must_pause(self) -> bool:
         """Reading pauses while requests wait or the peer is not reading its answers."""
@@ -196,11 +243,16 @@ class _Connection(ReaderOwner):
     async def _serve_queue(self) -> None:
         try:
             while self._transport is not None:
-                if self._queue:
+                if self._writer.paused:
+                    await self._writer.drain()  # a relayed answer left the peer behind
+                elif self._queue:
                     item = self._queue.popleft()
                     if isinstance(item, _Reject):
                         self._reject(self._transport, item)
                         return
+                    if isinstance(item, _Awaited):
+                        await self._respond(item.request, item.answer)
+                        continue
                     self._queued_bytes -= len(item.body)
                     reader = self._reader
                     if reader.reading_paused or reader.backlog:
@@ -238,9 +290,13 @@ class _Connection(ReaderOwner):
 
     # answers ---------------------------------------------------------------
 
-    async def _respond(self, request: Request) -> None:
+    async def _respond(self, request: Request, answer: Awaitable[Response] | None = None) -> None:
+        response: Response | StreamingResponse
         try:
-            response = await self._server.handler(request)
+            if answer is None:
+                response = await self._server.handler(request)
+            else:
+                response = await answer
         except AbortConnection:
             self._writer.reset()
             return
@@ -250,19 +306,40 @@ class _Connection(ReaderOwner):
         transport = self._transport
         if transport is None:
             return
+        writer = self._writer
+        if isinstance(response, StreamingResponse):
+            keep_alive = self._keep_alive(request)
+            try:
+                await writer.send_stream(request, response, keep_alive)
+                return
+            except Exception as error:
+                data = self._unwritable(request, error, keep_alive)
+            keep_alive = self._send(transport, data, keep_alive)
+        else:
+            keep_alive = self._write(transport, request, response)
+        if keep_alive and writer.paused:
+            await writer.drain()
+
+    def _keep_alive(self, request: Request) -> bool:
         # Closing (the server, or this connection after EOF): the last queued
         # answer says "close"; those before it keep the connection for the rest.
         server = self._server
-        keep_alive = request.keep_alive and not (
+        return request.keep_alive and not (
             (server.closing or server.draining or self._reader.close_after) and not self._queue
         )
-        writer = self._writer
+
+    def _write(self, transport: asyncio.Transport, request: Request, response: Response) -> bool:
+        """Write ``response`` whole; False if the connection closes after it."""
+        keep_alive = self._keep_alive(request)
         try:
-            if isinstance(response, StreamingResponse):
-                await writer.send_stream(request, response, keep_alive)
-                return
-            data = writer.encode(request, response, keep_alive)
-        except UnsafeHeader:
+            data = self._writer.encode(request, response, keep_alive)
+        except Exception as error:
+            data = self._unwritable(request, error, keep_alive)
+        return self._send(transport, data, keep_alive)
+
+    def _unwritable(self, request: Request, error: Exception, keep_alive: bool) -> bytes:
+        """The 500 that replaces an answer that could not be encoded."""
+        if isinstance(error, UnsafeHeader):
             # Fail closed: the header is never written. Not a traceback: the
             # value came from elsewhere (an upstream, a cache) and is refused.
             logger.error(
@@ -270,20 +347,21 @@ class _Connection(ReaderOwner):
                 request.method,
                 request.path,
             )
-            data = simple_response(500, "internal server error", not keep_alive)
-        except Exception:
-            logger.exception("bad response for %s %s", request.method, request.path)
-            data = simple_response(500, "internal server error", not keep_alive)
+        else:
+            logger.error("bad response for %s %s", request.method, request.path, exc_info=error)
+        return simple_response(500, "internal server error", not keep_alive)
+
+    def _send(self, transport: asyncio.Transport, data: bytes, keep_alive: bool) -> bool:
         transport.write(data)
-        if not keep_alive:
-            if server.closing:
-                # The client may be sending a request right now: it gets to
-                # read this answer and its "close" rather than a reset.
-                self._close_lingering(transport)
-            else:
-                transport.close()
-        elif writer.paused:
-            await writer.drain()
+        if keep_alive:
+            return True
+        if self._server.closing:
+            # The client may be sending a request right now: it gets to
+            # read this answer and its "close" rather than a reset.
+            self._close_lingering(transport)
+        else:
+            transport.close()
+        return False
 
     def _reject(self, transport: asyncio.Transport, reject: _Reject) -> None:
         on_reject = self._server.on_reject
@@ -388,6 +466,8 @@ class Server:
         # Told (status, reason) of each request refused by the parser or the
         # limits (400, 408, 413, 431, ...), before its answer is written.
         self.on_reject: Callable[[int, str], None] | None = None
+        # Answers what it can from the protocol callbacks (see Relay); None: the handler all.
+        self.relay: Relay | None = None
         # Per-path body limits under limits.max_body_size, and their refusals.
         self.body_limits: BodyLimits | None = None
         self.server_line = f"server: {limits.server_header}\r\n" if limits.server_header else ""

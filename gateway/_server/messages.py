@@ -14,9 +14,11 @@ from typing import Protocol
 
 __all__ = [
     "AbortConnection",
+    "Answered",
     "BodyLimits",
     "Handler",
     "HeadCheck",
+    "Relay",
     "Request",
     "Response",
     "ServerLimits",
@@ -124,6 +126,31 @@ Handler = Callable[[Request], Awaitable[Response | StreamingResponse]]
 # Response refuses it there and then (the connection closes after it); None
 # lets it through. For checks the head alone decides, such as authentication.
 HeadCheck = Callable[[Request], Response | None]
+
+
+# How a relay hands back a request it took: its answer, or an awaitable of it.
+Answered = Callable[[Request, "Response | Awaitable[Response]"], None]
+
+
+class Relay:
+    """Answers some requests from the server's protocol callbacks, without a task.
+
+    Set as ``Server.relay``. A connection with nothing queued or in flight
+    offers each complete request to :meth:`take` before its worker task sees
+    it. A plain class: compiled, a call through it is a direct native call.
+    """
+
+    __slots__ = ()
+
+    def take(self, request: Request, answered: Answered) -> bool:
+        """Take ``request`` (True) or leave it to the handler (False).
+
+        A request taken is answered by calling ``answered`` exactly once,
+        later, from a callback (never from inside ``take``): with its
+        ``Response``, or with an awaitable of it (a task) that the
+        connection awaits as it awaits the handler.
+        """
+        raise NotImplementedError
 
 
 class BodyLimits(Protocol):

@@ -30,6 +30,8 @@ from prometheus_client import (
 from gateway import errors
 from gateway._aws.models import SAGEMAKER_RUNTIME, service_model
 from gateway._client import Gateway
+from gateway._http.message import RawResponse
+from gateway._invoke import pipeline
 from gateway._invoke.api import (
     BODY,
     INVOKE,
@@ -41,9 +43,12 @@ from gateway._invoke.api import (
     safe_request_id,
     secrets_in_headers,
 )
+from gateway._invoke.call import RelayedCall
+from gateway._invoke.context import CallContext, OperationPlan
 from gateway._invoke.streaming import InvokeStream
 from gateway._observe.tracing import ServerTracing, gateway_tracer, trace_id_of_traceparent
-from gateway._server.http import Request, Response, StreamingResponse
+from gateway._server.http import Relay, Request, Response, StreamingResponse
+from gateway._server.messages import Answered
 from gateway.sidecar._auth import Authenticator, SigV4Rejected
 from gateway.sidecar._config import SidecarConfig
 from gateway.sidecar._errors import (
@@ -59,7 +64,7 @@ from gateway.sidecar._paths import PATHS, Action
 from gateway.sidecar._relay import aclose, relay
 from gateway.sidecar._rtb import RtbProxy
 
-__all__ = ["TIMEOUT_HEADER", "SidecarApp"]
+__all__ = ["TIMEOUT_HEADER", "RelayLane", "SidecarApp"]
 
 logger = logging.getLogger("gateway.sidecar")
 
@@ -180,6 +185,21 @@ class SidecarApp:
             else self._handle_observed
         )
 
+    def relay_lane(self) -> RelayLane | None:
+        """The lane that relays InvokeEndpoint from the server's callbacks (see
+        :class:`RelayLane`); None where every request needs the handler (an access
+        log or server spans wrap each one). Call it once the gateway has started."""
+        if self.entry != self.handle:
+            return None
+        context: CallContext | None = getattr(self._gw, "_context", None)
+        if context is None:
+            return None  # a Gateway stand-in (tests): the handler serves it all
+        plan = context.plans.get(INVOKE.name)
+        action = _invocations_action()
+        if plan is None or action is None or action.operation is not INVOKE:
+            return None
+        return RelayLane(self, context, plan, action)
+
     # -- dispatch ------------------------------------------------------------
 
     def handle(self, request: Request) -> Awaitable[Response | StreamingResponse]:
@@ -259,9 +279,8 @@ class SidecarApp:
             return refused
         if "%" in name:
             name = unquote(name)
-        busy_poll = self.busy_poll
-        if busy_poll is not None:
-            busy_poll.touch()
+        if self.busy_poll is not None:
+            self.busy_poll.touch()
         self.in_flight += 1
         try:
             operation = action.operation
@@ -288,17 +307,23 @@ class SidecarApp:
                 response = await self._stream(request, action, name, members, timeout, agent)
             else:
                 response = await self._queued(request, action, name, members, timeout, agent)
-        except errors.GatewayError as error:
-            response = _error_answer(error, action)
-        except _BadRequest as error:
-            code = "ValidationException" if action.runtime_errors else "ValidationError"
-            response = _refusal(action.runtime_errors, code, str(error), 400)
         except Exception as error:
-            # A bug, not a SageMaker answer: say InternalFailure, keep the trace.
-            logger.exception("invocation failed unexpectedly", extra={"route": name})
-            response = _error_answer(error, action)
+            response = _failure_answer(error, action, name)
         finally:
             self.in_flight -= 1
+        self.finished(action, name, request, response, started)
+        return response
+
+    def finished(
+        self,
+        action: Action,
+        name: str,
+        request: Request,
+        response: Response | StreamingResponse,
+        started: float,
+    ) -> None:
+        """An invocation answered (its call done): the busy poll, the sidecar's counters."""
+        busy_poll = self.busy_poll
         if busy_poll is not None:
             busy_poll.touch()
         if self.recording:
@@ -310,7 +335,6 @@ class SidecarApp:
                 len(request.body),
                 len(response.body) if isinstance(response, Response) else 0,
             )
-        return response
 
     async def _openrtb(self, rtb: RtbProxy, request: Request) -> Response:
         """Proxy mode: score, then 204 or the bidder's answer (see ``_rtb``)."""
@@ -478,6 +502,146 @@ class SidecarApp:
         return Response(200, (_JSON,), b'{"status":"ok"}')
 
 
+# -- the relay lane ------------------------------------------------------------------
+
+_ENDPOINTS: Final = "/endpoints/"
+_INVOCATIONS: Final = "/invocations"
+
+
+def _invocations_action() -> Action | None:
+    """InvokeEndpoint's action (``/endpoints/{name}/invocations``), from the paths table."""
+    for prefix, _, actions, service in _PREFIXES:
+        if prefix == _ENDPOINTS and service == SAGEMAKER_RUNTIME:
+            return actions.get(_INVOCATIONS[1:])
+    return None
+
+
+class RelayLane(Relay):
+    """InvokeEndpoint relayed from the HTTP server's protocol callbacks.
+
+    While a call goes the plain way (no cache, no hedge, a warm socket to its
+    target, its first attempt answered 200), no task, coroutine or event loop
+    pass stands between the request and its answer: the request's members go
+    to the pipeline's :func:`~gateway._invoke.pipeline.relay`, the attempt's
+    future calls back with the upstream's answer, and the answer is written from
+    that callback. Everything else is the handler's: ``take`` returns False
+    before anything starts (the call needs a cache, a hedge, a refusal, a
+    socket to open), and a first attempt that fails goes on in a task, the
+    same retries and the same answers as the handler's. It counts what the
+    handler counts: in flight, the sidecar's counters, the gateway's events.
+    """
+
+    def __init__(
+        self, app: SidecarApp, context: CallContext, plan: OperationPlan, action: Action
+    ) -> None:
+        self._app = app
+        self._context = context
+        self._plan = plan
+        self._action = action
+        rtb = app.rtb
+        self._rtb_path = rtb.path if rtb is not None else None
+
+    def take(self, request: Request, answered: Answered) -> bool:
+        started = time.perf_counter()
+        app = self._app
+        path = request.path
+        if (
+            request.method != "POST"
+            or not path.endswith(_INVOCATIONS)
+            or not path.startswith(_ENDPOINTS)
+            or path == self._rtb_path
+            or app.in_flight >= app._max_in_flight
+        ):
+            return False
+        name = path[len(_ENDPOINTS) : -len(_INVOCATIONS)]
+        if not name or "/" in name or "%" in name:
+            return False
+        authenticate = app._authenticate
+        if authenticate is not None:
+            try:
+                authenticate(request)
+            except SigV4Rejected:
+                return False  # the handler refuses it (and counts the refusal)
+        try:
+            members, timeout, _, agent = app._members(request.headers, INVOKE)
+        except _BadRequest:
+            return False
+        call = pipeline.relay(
+            self._context, self._plan, name, request.body, members, timeout, agent
+        )
+        if call is None:
+            return False
+        app.in_flight += 1
+        if app.busy_poll is not None:
+            app.busy_poll.touch()
+        relayed = _Relayed(self, request, answered, call, members, name, started)
+        call.answer.add_done_callback(relayed.done)
+        return True
+
+    def answer(self, relayed: _Relayed) -> None:
+        """The first attempt is done: answer now, or go on in a task."""
+        app = self._app
+        try:
+            result = pipeline.relay_answered(
+                self._context, self._plan, relayed.call, relayed.members
+            )
+        except Exception as error:
+            # A bug: the request is answered all the same (InternalFailure, logged).
+            app.in_flight -= 1
+            response = _failure_answer(error, self._action, relayed.name)
+        else:
+            if result is None:
+                task = asyncio.get_running_loop().create_task(self._rest(relayed))
+                relayed.answered(relayed.request, task)
+                return
+            app.in_flight -= 1
+            response = _result_response(result)
+        app.finished(self._action, relayed.name, relayed.request, response, relayed.started)
+        relayed.answered(relayed.request, response)
+
+    async def _rest(self, relayed: _Relayed) -> Response:
+        """The rest of a call whose first attempt failed: retried, or its error answered."""
+        app = self._app
+        try:
+            result = await pipeline.relay_rest(
+                self._context, self._plan, relayed.call, relayed.members
+            )
+            response = _result_response(result)
+        except Exception as error:
+            response = _failure_answer(error, self._action, relayed.name)
+        finally:
+            app.in_flight -= 1
+        app.finished(self._action, relayed.name, relayed.request, response, relayed.started)
+        return response
+
+
+class _Relayed:
+    """A request the relay lane took, until it is answered."""
+
+    __slots__ = ("answered", "call", "lane", "members", "name", "request", "started")
+
+    def __init__(
+        self,
+        lane: RelayLane,
+        request: Request,
+        answered: Answered,
+        call: RelayedCall,
+        members: tuple[object, ...],
+        name: str,
+        started: float,
+    ) -> None:
+        self.lane = lane
+        self.request = request
+        self.answered = answered
+        self.call = call
+        self.members = members
+        self.name = name
+        self.started = started
+
+    def done(self, answer: asyncio.Future[RawResponse]) -> None:
+        self.lane.answer(self)
+
+
 async def _answered(response: Response) -> Response:
     """An answer ready at once, as the awaitable the server expects of a handler."""
     return response
@@ -489,6 +653,17 @@ def _refusal(runtime_errors: bool, code: str, message: str, status: int) -> Resp
     if runtime_errors:
         return runtime_refusal(code, message, status)
     return error_response(code, message, status)
+
+
+def _failure_answer(error: Exception, action: Action, name: str) -> Response:
+    """The answer to an invocation whose call raised ``error``."""
+    if isinstance(error, _BadRequest):
+        code = "ValidationException" if action.runtime_errors else "ValidationError"
+        return _refusal(action.runtime_errors, code, str(error), 400)
+    if not isinstance(error, errors.GatewayError):
+        # A bug, not a SageMaker answer: say InternalFailure, keep the trace.
+        logger.exception("invocation failed unexpectedly", extra={"route": name})
+    return _error_answer(error, action)
 
 
 def _error_answer(error: BaseException, action: Action) -> Response:

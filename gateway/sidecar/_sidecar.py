@@ -194,6 +194,8 @@ class Sidecar:
             self._server.draining = self._draining
             self._server.on_reject = self._refused_by_server
             self._server.body_limits = self.body_limits
+            # InvokeEndpoint from the protocol callbacks while a call goes the plain way.
+            self._server.relay = self.app.relay_lane()
             admin = self.config.admin_address(self._host, self._requested_port)
             if admin is not None:
                 try:
