@@ -326,6 +326,7 @@ class RelayedCall:
     __slots__ = (
         "answer",
         "call_started",
+        "counts",
         "invoker",
         "plan",
         "request",
@@ -367,6 +368,9 @@ class RelayedCall:
         ] = (INVOKE, None, (), [], False, b"", 0.0)
         # When the call began, for its CallFinished (set by the pipeline when a hook listens).
         self.call_started = 0.0
+        # The lone hook's way to count a call its first attempt answered, without its
+        # events (GatewayMetrics.call_answered); None: the events are emitted.
+        self.counts: Callable[[str, str, float, float], None] | None = None
 
     @property
     def model(self) -> str | None:
@@ -382,9 +386,15 @@ class RelayedCall:
         if response.status != 200:
             return None
         plan = self.plan
-        record(
-            self.route, self.state, plan.endpoint, self.started, None, PRIMARY, self.invoker.emit
-        )
+        route = self.route
+        state = self.state
+        counts = self.counts
+        if counts is None:
+            record(route, state, plan.endpoint, self.started, None, PRIMARY, self.invoker.emit)
+        else:
+            route.finish(state, self.started, _SUCCESS)
+            now = time.monotonic()
+            counts(route.name, state.key, now - self.started, now - self.call_started)
         return result_from_response(response, plan.endpoint)
 
     async def rest(self) -> InvokeResult:

@@ -303,7 +303,10 @@ def relay(
         route, plan.operation, model, before_host, after_host, pinned, body, deadline, agent
     )
     if call is not None and emit is not None:
-        emit(new_event(CallStarted, (route.name, model, plan.name)))
+        # A lone metrics hook counts the answered call at once (it reads no CallStarted).
+        counts = call.counts = getattr(emit, "call_answered", None)
+        if counts is None:
+            emit(new_event(CallStarted, (route.name, model, plan.name)))
         call.call_started = time.monotonic()
     return call
 
@@ -314,7 +317,7 @@ def relay_answered(
     """A :func:`relay` call's answer once its attempt is done; None: see :func:`relay_rest`."""
     result = call.result()
     emit = ctx.emit
-    if result is not None and emit is not None and call.call_started:
+    if result is not None and emit is not None and call.call_started and call.counts is None:
         route = call.route.name
         emit_call_finished(
             emit,

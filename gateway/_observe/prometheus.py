@@ -92,6 +92,7 @@ KNOWN_ERROR_CODES: tuple[str, ...] = (
     "PoolTimeout",
 )
 _KINDS = (PRIMARY, HEDGE, RETRY)
+_PRIMARY_WON = (PRIMARY, WON)
 _OUTCOMES = (WON, LOST, CANCELLED, FAILED)
 _CACHE_SOURCES = ("near", "redis", "stale", "coalesced", "miss")
 _REFRESH_RESULTS = ("ok", "failed")
@@ -263,19 +264,40 @@ class GatewayMetrics:
             route = self._routes(route)
         elif route not in configured:
             route = UNCONFIGURED
-        calls = self.calls
-        calls[route] = calls.get(route, 0) + 1
-        histogram = self.call_latency.get(route)
-        if histogram is None:
-            histogram = self.call_latency[route] = Histogram()
-        duration = event.duration_s
-        histogram.counts[bisect_left(LATENCY_BUCKETS_S, duration)] += 1
-        histogram.total += duration
+        self._count_call(route, event.duration_s)
         code = event.error_code
         if code is not None:
             _bump(self.call_errors, (route, self._codes(code)))
             if code == "DeadlineExceeded":
                 _bump(self.deadline_exceeded, route)
+
+    def _count_call(self, route: str, duration: float) -> None:
+        """A call of ``route`` (its label) in calls_total and the call latency histogram."""
+        calls = self.calls
+        calls[route] = calls.get(route, 0) + 1
+        histogram = self.call_latency.get(route)
+        if histogram is None:
+            histogram = self.call_latency[route] = Histogram()
+        histogram.counts[bisect_left(LATENCY_BUCKETS_S, duration)] += 1
+        histogram.total += duration
+
+    def call_answered(self, route: str, target: str, attempt_s: float, call_s: float) -> None:
+        """An InvokeEndpoint call its first attempt answered, counted without its events.
+
+        What an ``AttemptFinished`` (primary, won) and a ``CallFinished`` with no
+        error or routing reason count, for a caller that knows this is the lone
+        hook (the sidecar's relay lane): two events built and dispatched less.
+        """
+        metrics = self._by_name.get((route, target))
+        if metrics is None:
+            metrics = self._fold(route, target)
+        attempts = metrics.attempts
+        attempts[_PRIMARY_WON] = attempts.get(_PRIMARY_WON, 0) + 1
+        latency = metrics.latency
+        latency.counts[bisect_left(LATENCY_BUCKETS_S, attempt_s)] += 1
+        latency.total += attempt_s
+        # The folded pair's route label is the call's: both come from route_label's rules.
+        self._count_call(metrics.route, call_s)
 
     def _routed(self, event: CallFinished) -> None:
         # The event's labels are bounded already; the cap bounds how many ARNs.
