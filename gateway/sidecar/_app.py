@@ -540,6 +540,7 @@ class RelayLane(Relay):
         self._action = action
         rtb = app.rtb
         self._rtb_path = rtb.path if rtb is not None else None
+        self.taken = 0  # requests taken (each answered by the lane or its task)
 
     def take(self, request: Request, answered: Answered) -> bool:
         started = time.perf_counter()
@@ -572,6 +573,7 @@ class RelayLane(Relay):
         if call is None:
             return False
         app.in_flight += 1
+        self.taken += 1
         if app.busy_poll is not None:
             app.busy_poll.touch()
         relayed = _Relayed(self, request, answered, call, members, name, started)

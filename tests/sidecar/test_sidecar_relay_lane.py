@@ -1,0 +1,251 @@
+"""The relay lane: InvokeEndpoint answered from the server's callbacks, as the handler answers it.
+
+Each test runs the same traffic through a sidecar twice where it compares:
+once with its relay lane (the default) and once with the lane taken off the
+server, so that every answer is the handler's. The upstream is a real HTTP
+server on a loopback port whose answers each test scripts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import httpx
+
+from gateway import Gateway
+from gateway._server.http import AbortConnection, Request, Response, Server, start_server
+from gateway.sidecar import Sidecar
+from gateway.sidecar._app import RelayLane
+from gateway.sidecar._errors import error_response
+
+_INVOKE = "/endpoints/{}/invocations"
+# What differs between two answers to one request: the upstream's own request id and the clock.
+_PER_ANSWER = {"x-amzn-requestid", "date"}
+
+Script = Callable[[Request, int], Response]
+
+
+def _answer(request: Request, _: int) -> Response:
+    """SageMaker's answer: the body back, a request id and a variant."""
+    headers = [
+        ("Content-Type", request.headers.get("content-type", "application/octet-stream")),
+        ("x-amzn-RequestId", f"req-{len(request.body)}"),
+        ("x-amzn-Invoked-Production-Variant", "AllTraffic"),
+    ]
+    custom = request.headers.get("x-amzn-sagemaker-custom-attributes")
+    if custom is not None:
+        headers.append(("X-Amzn-SageMaker-Custom-Attributes", custom))
+    return Response(200, headers, request.body)
+
+
+class Upstream:
+    """A scripted SageMaker endpoint: ``script(request, n)`` answers its n-th request."""
+
+    def __init__(self, script: Script = _answer) -> None:
+        self.script = script
+        self.seen: list[bytes] = []
+        self.server: Server | None = None
+
+    async def handle(self, request: Request) -> Response:
+        self.seen.append(request.body)
+        return self.script(request, len(self.seen))
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.port}"
+
+
+@asynccontextmanager
+async def running(
+    script: Script = _answer, lane: bool = True
+) -> AsyncIterator[tuple[Upstream, Sidecar, httpx.AsyncClient]]:
+    upstream = Upstream(script)
+    upstream.server = await start_server(upstream.handle, "127.0.0.1", 0)
+    try:
+        gateway = Gateway(region="us-east-1", endpoint_url=upstream.url, credentials=("AK", "SK"))
+        async with gateway, Sidecar(gateway, "127.0.0.1", 0) as sidecar:
+            server = sidecar._server
+            assert server is not None and isinstance(server.relay, RelayLane)
+            if not lane:
+                server.relay = None
+            async with httpx.AsyncClient(base_url=sidecar.url, timeout=10) as client:
+                yield upstream, sidecar, client
+    finally:
+        await upstream.server.close(grace=1.0)
+
+
+def _lane(sidecar: Sidecar) -> RelayLane | None:
+    server = sidecar._server
+    assert server is not None
+    relay = server.relay
+    return relay if isinstance(relay, RelayLane) else None
+
+
+async def _eventually(condition: Callable[[], bool]) -> None:
+    for _ in range(500):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("not within 5 s")
+
+
+def _comparable(response: httpx.Response) -> tuple[int, bytes, list[tuple[str, str]]]:
+    headers = sorted((k, v) for k, v in response.headers.items() if k not in _PER_ANSWER)
+    return response.status_code, response.content, headers
+
+
+async def _calls(client: httpx.AsyncClient, bodies: list[bytes]) -> list[httpx.Response]:
+    headers = {"Content-Type": "application/json", "X-Amzn-SageMaker-Custom-Attributes": "c=1"}
+    return [
+        await client.post(_INVOKE.format("ep"), content=body, headers=headers) for body in bodies
+    ]
+
+
+async def test_the_lane_answers_what_the_handler_answers() -> None:
+    bodies = [b'{"n": %d}' % n for n in range(12)]
+    async with running() as (_, sidecar, client):
+        relayed = await _calls(client, bodies)
+        lane = _lane(sidecar)
+        assert lane is not None
+        # The first call plans its target and opens the socket (the handler's); the rest relay.
+        assert lane.taken == len(bodies) - 1
+        assert sidecar.app.in_flight == 0
+    async with running(lane=False) as (_, sidecar, client):
+        handled = await _calls(client, bodies)
+        assert _lane(sidecar) is None
+    assert [_comparable(r) for r in relayed] == [_comparable(r) for r in handled]
+    assert [r.content for r in relayed] == bodies
+    assert all(r.headers["x-amzn-requestid"].startswith("req-") for r in relayed)
+
+
+async def test_the_lane_counts_what_the_handler_counts() -> None:
+    def counters(exposition: str) -> list[str]:
+        # Counters and counts, not latencies: the sums and buckets hold durations.
+        wanted = ("sagemaker_gateway_calls_total", "sagemaker_gateway_attempts_total", "_count")
+        return sorted(
+            line
+            for line in exposition.splitlines()
+            if line.startswith("sagemaker_gateway") and any(w in line for w in wanted)
+        )
+
+    scraped = []
+    for lane in (True, False):
+        async with running(lane=lane) as (_, _sidecar, client):
+            await _calls(client, [b"x"] * 5)
+            scraped.append(counters((await client.get("/metrics")).text))
+    relayed, handled = scraped
+    assert any("calls_total" in line and line.endswith(" 5.0") for line in relayed), relayed
+    assert relayed == handled
+
+
+async def test_an_error_answer_is_the_handlers_error_answer() -> None:
+    def script(request: Request, n: int) -> Response:
+        if request.body == b"bad":
+            return error_response("ValidationError", "the model refuses this body", 400)
+        return _answer(request, n)
+
+    answers = []
+    for lane in (True, False):
+        async with running(script, lane) as (_, sidecar, client):
+            await _calls(client, [b"warm"])
+            (refused,) = await _calls(client, [b"bad"])
+            taken = _lane(sidecar)
+            assert (taken.taken == 1) if taken is not None else not lane
+            answers.append(_comparable(refused))
+            assert sidecar.app.in_flight == 0
+    assert answers[0] == answers[1]
+    assert answers[0][0] == 400
+
+
+async def test_a_failed_first_attempt_is_retried_as_the_handler_retries_it() -> None:
+    def script(request: Request, n: int) -> Response:
+        if request.body == b"flaky" and n == 2:  # the first try of the second request
+            return error_response("ServiceUnavailable", "try again", 503)
+        return _answer(request, n)
+
+    async with running(script) as (upstream, sidecar, client):
+        await _calls(client, [b"warm"])
+        (answer,) = await _calls(client, [b"flaky"])
+        lane = _lane(sidecar)
+        assert lane is not None and lane.taken == 1
+    assert answer.status_code == 200 and answer.content == b"flaky"
+    assert upstream.seen == [b"warm", b"flaky", b"flaky"]
+
+
+async def test_a_socket_that_dies_unanswered_is_resent_once_on_a_fresh_one() -> None:
+    def script(request: Request, n: int) -> Response:
+        if n == 2:  # no answer: the connection is reset, as an idle socket's close would be
+            raise AbortConnection
+        return _answer(request, n)
+
+    async with running(script) as (upstream, sidecar, client):
+        await _calls(client, [b"warm"])
+        (answer,) = await _calls(client, [b"again"])
+        lane = _lane(sidecar)
+        assert lane is not None and lane.taken == 1
+        stats = sidecar.gateway._transport.stats
+    assert answer.status_code == 200 and answer.content == b"again"
+    assert upstream.seen == [b"warm", b"again", b"again"]
+    assert stats.stale_retries == 1
+
+
+async def test_pipelined_requests_behind_a_relayed_one_are_answered_in_order() -> None:
+    async with running() as (_, sidecar, client):
+        await _calls(client, [b"warm"])
+        reader, writer = await asyncio.open_connection("127.0.0.1", sidecar.port)
+        requests = b"".join(
+            b"POST /endpoints/ep/invocations HTTP/1.1\r\nhost: x\r\n"
+            b"content-type: text/plain\r\ncontent-length: 2\r\n\r\n" + body
+            for body in (b"p1", b"p2", b"p3")
+        )
+        writer.write(requests)
+        bodies = []
+        for _ in range(3):
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            assert head.startswith(b"HTTP/1.1 200")
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            bodies.append(await reader.readexactly(length))
+        writer.close()
+        lane = _lane(sidecar)
+        assert lane is not None and lane.taken >= 1
+    assert bodies == [b"p1", b"p2", b"p3"]
+
+
+async def test_a_client_that_leaves_mid_call_leaves_nothing_behind() -> None:
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def slow(request: Request) -> Response:
+        if request.body == b"slow":
+            entered.set()
+            await release.wait()
+        return _answer(request, 0)
+
+    upstream = await start_server(slow, "127.0.0.1", 0)
+    try:
+        url = f"http://127.0.0.1:{upstream.port}"
+        gateway = Gateway(region="us-east-1", endpoint_url=url, credentials=("AK", "SK"))
+        async with gateway, Sidecar(gateway, "127.0.0.1", 0) as sidecar:
+            reader, writer = await asyncio.open_connection("127.0.0.1", sidecar.port)
+            for body in (b"warm", b"slow"):
+                writer.write(
+                    b"POST /endpoints/ep/invocations HTTP/1.1\r\nhost: x\r\n"
+                    b"content-length: %d\r\n\r\n%b" % (len(body), body)
+                )
+                if body == b"warm":
+                    await asyncio.wait_for(reader.readuntil(b"warm"), 5)
+            await asyncio.wait_for(entered.wait(), 5)
+            assert sidecar.app.in_flight == 1
+            writer.close()  # gone while its call is upstream
+            await asyncio.sleep(0.05)
+            release.set()
+            await _eventually(lambda: sidecar.app.in_flight == 0)
+            lane = _lane(sidecar)
+            assert lane is not None and lane.taken == 1
+            async with httpx.AsyncClient(base_url=sidecar.url, timeout=5) as client:
+                (after,) = await _calls(client, [b"after"])
+            assert after.status_code == 200 and after.content == b"after"
+    finally:
+        await upstream.close(grace=1.0)
