@@ -16,7 +16,7 @@ import contextlib
 import select
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import NoReturn, cast
 
 import httptools
@@ -104,6 +104,8 @@ class Connection:
         self._transport: asyncio.Transport | None = None
         self._parser = httptools.HttpResponseParser(self)
         self._waiter: asyncio.Future[RawResponse] | None = None
+        # Called with the waiter the moment it is settled (see send_then).
+        self._then: Callable[[asyncio.Future[RawResponse]], None] | None = None
         self._stream: NativeStream | None = None
         self._status = 0
         # Bytes received while a response head is incomplete, and where the
@@ -279,6 +281,7 @@ class Connection:
             kept = MAX_ERROR_BODY_BYTES - (self._body_size - len(body))
             prefix = b"".join([*self._body, body[:kept]])
             waiter.set_result(RawResponse(self._status, None, prefix, self._head))
+            self._settled(waiter)
         self.close()
         raise _StopParsing
 
@@ -307,6 +310,7 @@ class Connection:
             self._pool.drained(self)
         elif waiter is not None and not waiter.done():
             waiter.set_result(response)
+            self._settled(waiter)
         # The socket goes back to the pool (after the caller has its answer)
         # once the bytes being parsed are all read: see data_received.
 
@@ -338,6 +342,17 @@ class Connection:
         self._transport.write(data)
         return stream
 
+    def send_then(
+        self, data: bytes, then: Callable[[asyncio.Future[RawResponse]], None]
+    ) -> asyncio.Future[RawResponse] | None:
+        """:meth:`send` on a reused socket, and ``then(waiter)`` as soon as the answer (or
+        the failure) settles the waiter: from this protocol's own callback, not one
+        the loop runs later. ``then`` must not raise."""
+        waiter = self.send(data, True)
+        if waiter is not None:
+            self._then = then
+        return waiter
+
     def abandon(self, waiter: asyncio.Future[RawResponse], drain_timeout: float) -> None:
         """The caller stopped waiting; read the response out, then reuse the socket.
 
@@ -353,6 +368,7 @@ class Connection:
         if self.closed or self._waiter is not waiter:
             return
         self._waiter = None
+        self._then = None
         if drain_timeout <= 0 or self._pool.slot_wanted():
             # Someone waits for a slot (or the answer could only come too late):
             # never make them wait on an answer nobody will read.
@@ -409,9 +425,16 @@ class Connection:
         self._abandoned = False
         if waiter is not None and not waiter.done():
             waiter.set_exception(error)
+            self._settled(waiter)
         if stream is not None:
             stream.fail(error)
         self.close()
+
+    def _settled(self, waiter: asyncio.Future[RawResponse]) -> None:
+        then = self._then
+        if then is not None:
+            self._then = None
+            then(waiter)
 
     def _close_delimited(self) -> bool:
         """No Content-Length and not chunked: the body ends when the server closes."""

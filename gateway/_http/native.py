@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 
 from gateway import errors
 from gateway._http.connection import Connection, NativeStream
@@ -96,23 +97,36 @@ class NativeTransport:
         return self._pool_of(origin).pop_idle(now)
 
     def send_on(
-        self, connection: Connection, request: PreparedRequest, deadline: float, now: float
+        self,
+        connection: Connection,
+        request: PreparedRequest,
+        deadline: float,
+        now: float,
+        then: Callable[[asyncio.Future[RawResponse]], None],
     ) -> tuple[asyncio.Future[RawResponse], Slot]:
         """Write ``request`` on ``connection`` (from :meth:`idle_connection`); its answer's
-        future and the deadline slot to pop it from when the answer is in.
+        future and the deadline slot to pop it from when the answer is in. ``then(future)``
+        is called once the future is done: from the connection's own callback as the
+        answer completes (see :meth:`Connection.send_then`), never from inside this call.
 
         The future fails with :class:`~gateway.errors.StaleConnection` where the
         socket died while idle (before any answer byte, or before the write):
         :meth:`request` with ``fresh=True`` is then the one silent retry.
         """
         pool = self._pool_of(request.origin)
-        waiter = connection.send(request.encoded_head() + request.body, True)
+        try:
+            head = request.encoded_head()
+        except BaseException:
+            pool.release(connection, True)  # unused: signing failed
+            raise
+        waiter = connection.send_then(head + request.body, then)
         if waiter is None:
             # Closed between the pop and the write: nothing was sent.
             waiter = pool.loop.create_future()
             waiter.set_exception(
                 errors.StaleConnection("connection closed before the request was sent", sent=False)
             )
+            pool.loop.call_soon(then, waiter)
             return waiter, {}
         stats = self.stats
         stats.requests += 1

@@ -597,14 +597,17 @@ class Invoker:
         variant_pinned: bool,
         body: bytes,
         deadline: float,
-        user_agent: str | None = None,
+        user_agent: str | None,
+        then: Callable[[asyncio.Future[RawResponse]], None],
     ) -> RelayedCall | None:
         """:meth:`invoke`'s first attempt, sent without suspending (from a protocol
         callback); None, with nothing started, where it cannot be: no warm socket to
         its target, a target not planned yet, the native transport not in use.
 
         The caller checks what :meth:`invoke` would do otherwise: no hedging on
-        ``route``, no inference router among its targets.
+        ``route``, no inference router among its targets. ``then(answer)`` is called
+        once the attempt's ``answer`` is done, never from inside this call (see
+        :meth:`NativeTransport.send_on`).
         """
         transport = self._transport
         if not isinstance(transport, NativeTransport):
@@ -626,10 +629,11 @@ class Invoker:
         if user_agent is not None:
             request.caller_agent = user_agent
         try:
-            answer, slot = transport.send_on(connection, request, deadline, now)
+            answer, slot = transport.send_on(connection, request, deadline, now, then)
         except Exception as error:  # signing failed: recorded as the attempt's failure
             answer = asyncio.get_running_loop().create_future()
             answer.set_exception(error)
+            answer.get_loop().call_soon(then, answer)
             slot = {}
         relayed = RelayedCall(self, route, state, plan, started, request, answer, slot)
         relayed.spec = (operation, model, before_host, after_host, variant_pinned, body, deadline)

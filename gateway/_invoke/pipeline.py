@@ -17,6 +17,7 @@ far side echoed.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import math
 import time
@@ -257,6 +258,7 @@ def relay(
     members: tuple[object, ...],
     timeout: float | None,
     user_agent: str | None,
+    then: Callable[[asyncio.Future[RawResponse]], None],
 ) -> RelayedCall | None:
     """:func:`invoke`'s call with its first attempt sent without suspending: for a relay
     that answers from its protocol callbacks (the sidecar's relay lane).
@@ -264,9 +266,9 @@ def relay(
     None, with nothing started, where the call needs :func:`invoke`'s whole path:
     a cache, a hedge, an inference router, credentials to wait for, a hook that
     reads request ids, a body over the limit, a route, member or agent refused,
-    no warm socket. ``timeout`` is checked by the caller. Once the attempt's
-    ``answer`` is done: :func:`relay_answered`, then :func:`relay_rest` if it
-    said None.
+    no warm socket. ``timeout`` is checked by the caller. ``then(answer)`` is
+    called once the attempt's ``answer`` is done (never from inside this call):
+    there, :func:`relay_answered`, then :func:`relay_rest` if it said None.
     """
     lane = plan.lane
     if not ctx.started or ctx.cached is not None or not lane.started or len(body) > plan.limit:
@@ -300,7 +302,7 @@ def relay(
     pinned = place < 0 or members[place] is not None
     deadline = time.monotonic() + timeout
     call = lane.invoker.relay(
-        route, plan.operation, model, before_host, after_host, pinned, body, deadline, agent
+        route, plan.operation, model, before_host, after_host, pinned, body, deadline, agent, then
     )
     if call is not None and emit is not None:
         # A lone metrics hook counts the answered call at once (it reads no CallStarted).

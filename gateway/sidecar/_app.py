@@ -567,33 +567,35 @@ class RelayLane(Relay):
             members, timeout, _, agent = app._members(request.headers, INVOKE)
         except _BadRequest:
             return False
+        relayed = _Relayed(self, request, answered, members, name, started)
         call = pipeline.relay(
-            self._context, self._plan, name, request.body, members, timeout, agent
+            self._context, self._plan, name, request.body, members, timeout, agent, relayed.done
         )
         if call is None:
             return False
+        relayed.call = call
         app.in_flight += 1
         self.taken += 1
         if app.busy_poll is not None:
             app.busy_poll.touch()
-        relayed = _Relayed(self, request, answered, call, members, name, started)
-        call.answer.add_done_callback(relayed.done)
         return True
 
-    def answer(self, relayed: _Relayed) -> None:
-        """The first attempt is done: answer now, or go on in a task."""
+    def answer(self, relayed: _Relayed, call: RelayedCall) -> None:
+        """The first attempt is done: answer now, or go on in a task.
+
+        Called from the upstream connection's protocol callback as its answer
+        completes: nothing here may raise into it.
+        """
         app = self._app
         try:
-            result = pipeline.relay_answered(
-                self._context, self._plan, relayed.call, relayed.members
-            )
+            result = pipeline.relay_answered(self._context, self._plan, call, relayed.members)
         except Exception as error:
             # A bug: the request is answered all the same (InternalFailure, logged).
             app.in_flight -= 1
             response = _failure_answer(error, self._action, relayed.name)
         else:
             if result is None:
-                task = asyncio.get_running_loop().create_task(self._rest(relayed))
+                task = asyncio.get_running_loop().create_task(self._rest(relayed, call))
                 relayed.answered(relayed.request, task)
                 return
             app.in_flight -= 1
@@ -601,13 +603,11 @@ class RelayLane(Relay):
         app.finished(self._action, relayed.name, relayed.request, response, relayed.started)
         relayed.answered(relayed.request, response)
 
-    async def _rest(self, relayed: _Relayed) -> Response:
+    async def _rest(self, relayed: _Relayed, call: RelayedCall) -> Response:
         """The rest of a call whose first attempt failed: retried, or its error answered."""
         app = self._app
         try:
-            result = await pipeline.relay_rest(
-                self._context, self._plan, relayed.call, relayed.members
-            )
+            result = await pipeline.relay_rest(self._context, self._plan, call, relayed.members)
             response = _result_response(result)
         except Exception as error:
             response = _failure_answer(error, self._action, relayed.name)
@@ -627,7 +627,6 @@ class _Relayed:
         lane: RelayLane,
         request: Request,
         answered: Answered,
-        call: RelayedCall,
         members: tuple[object, ...],
         name: str,
         started: float,
@@ -635,13 +634,16 @@ class _Relayed:
         self.lane = lane
         self.request = request
         self.answered = answered
-        self.call = call
+        self.call: RelayedCall | None = None  # set once its first attempt is sent
         self.members = members
         self.name = name
         self.started = started
 
     def done(self, answer: asyncio.Future[RawResponse]) -> None:
-        self.lane.answer(self)
+        call = self.call
+        if call is not None:  # (always, once the lane has taken the request)
+            self.call = None  # answered once, and no cycle left through it
+            self.lane.answer(self, call)
 
 
 async def _answered(response: Response) -> Response:
