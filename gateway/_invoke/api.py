@@ -575,6 +575,28 @@ _FOLD_STARTS: Final = (32, 9)  # space, tab: a line starting with one continues 
 _REQUEST_ID_LINE: Final = b"\n" + _REQUEST_ID + b":"
 
 
+# Header names as upstreams spell them -> lower case, so that the common ones cost a
+# look-up rather than a lower() call each. Fixed at import: names received never grow it.
+_SPELLINGS: Final = {
+    spelling: spelling.lower()
+    for name in (
+        *(m.wire_header for m, _ in RESULT_MEMBERS),
+        *(m.header for m, _ in RESULT_MEMBERS),
+        *(header for header, _ in _ROUTER_FIELDS),
+        "x-amzn-RequestId",
+        "X-Amzn-RequestId",
+        "X-Amzn-Invoked-Production-Variant",
+        "Date",
+        "Content-Length",
+        "Server",
+        "Connection",
+        "Keep-Alive",
+        "Transfer-Encoding",
+    )
+    for spelling in (name.encode("latin-1"), name.lower().encode("latin-1"))
+}
+
+
 class InvokeResult:
     """What InvokeEndpoint returned, plus where and how the gateway got it.
 
@@ -711,9 +733,12 @@ class InvokeResult:
             return None  # a line ended by a bare LF: a field may hide behind it
         kept: list[bytes] = []
         names: list[bytes] = []
+        spellings = _SPELLINGS
         for line in lines[1:]:  # after the status line
-            name, _, value = line.partition(b":")
-            name = name.lower()
+            received, _, value = line.partition(b":")
+            name = spellings.get(received)
+            if name is None:
+                name = received.lower()
             if name in _RESULT_FIELDS:
                 # Ints, not b"\r": a one-byte bytes operand costs a buffer acquisition.
                 if name in names or 13 in line or 0 in line:
