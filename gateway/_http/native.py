@@ -138,7 +138,10 @@ class NativeTransport:
     ) -> RawResponse:
         """``request``'s answer; ``fresh``: on a new socket, with no silent retry left
         (a resend after :meth:`send_on`'s socket went stale)."""
-        pool = self._pool_of(request.origin)
+        origin = request.origin
+        pool = self._last_pool
+        if pool is None or pool.origin is not origin:
+            pool = self._pool_of(origin)  # inlined above: every call comes here
         now = time.monotonic()
         if now >= deadline:
             raise _expired()

@@ -150,6 +150,7 @@ class SidecarApp:
         self.in_flight = 0
         self.started = False
         self.busy_poll = BusyPoll(config.busy_poll_us / 1e6) if config.busy_poll_us else None
+        self._relay_lane = config.relay_lane
         labels = dict.fromkeys(action.label for action in PATHS.actions())
         operations = (*labels, *(("openrtb",) if rtb is not None else ()))
         self.metrics = SidecarMetrics(
@@ -188,8 +189,9 @@ class SidecarApp:
     def relay_lane(self) -> RelayLane | None:
         """The lane that relays InvokeEndpoint from the server's callbacks (see
         :class:`RelayLane`); None where every request needs the handler (an access
-        log or server spans wrap each one). Call it once the gateway has started."""
-        if self.entry != self.handle:
+        log or server spans wrap each one, or ``relay_lane`` is off). Call it once the
+        gateway has started."""
+        if not self._relay_lane or self.entry != self.handle:
             return None
         context: CallContext | None = getattr(self._gw, "_context", None)
         if context is None:

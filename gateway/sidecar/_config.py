@@ -119,6 +119,11 @@ class SidecarConfig:
     # skips a wake-up, at the price of a core kept busy while traffic flows.
     # 0: off (the loop sleeps as soon as it has nothing to do).
     busy_poll_us: int = setting(default=0, ge=0, le=1_000_000)
+    # InvokeEndpoint answered from the HTTP server's callbacks while a call goes
+    # the plain way (no cache, no hedge, a warm socket, a first attempt that
+    # succeeds): no task per request. The answers, retries and counters are the
+    # same either way; false sends every request through the handler's task.
+    relay_lane: bool = True
     # Per-request metrics: the sidecar's request counters and the gateway's
     # call, attempt and cache counters. Recording them costs every request;
     # false: none are recorded and /metrics keeps the build and process

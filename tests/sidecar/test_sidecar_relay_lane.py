@@ -1,8 +1,8 @@
 """The relay lane: InvokeEndpoint answered from the server's callbacks, as the handler answers it.
 
 Each test runs the same traffic through a sidecar twice where it compares:
-once with its relay lane (the default) and once with the lane taken off the
-server, so that every answer is the handler's. The upstream is a real HTTP
+once with its relay lane (the default) and once with ``relay_lane = false``,
+so that every answer is the handler's. The upstream is a real HTTP
 server on a loopback port whose answers each test scripts.
 """
 
@@ -16,7 +16,7 @@ import httpx
 
 from gateway import Gateway
 from gateway._server.http import AbortConnection, Request, Response, Server, start_server
-from gateway.sidecar import Sidecar
+from gateway.sidecar import Sidecar, SidecarConfig
 from gateway.sidecar._app import RelayLane
 from gateway.sidecar._errors import error_response
 
@@ -66,11 +66,11 @@ async def running(
     upstream.server = await start_server(upstream.handle, "127.0.0.1", 0)
     try:
         gateway = Gateway(region="us-east-1", endpoint_url=upstream.url, credentials=("AK", "SK"))
-        async with gateway, Sidecar(gateway, "127.0.0.1", 0) as sidecar:
+        config = SidecarConfig.from_mapping({"relay_lane": lane})  # true: the default
+        async with gateway, Sidecar(gateway, "127.0.0.1", 0, config=config) as sidecar:
             server = sidecar._server
-            assert server is not None and isinstance(server.relay, RelayLane)
-            if not lane:
-                server.relay = None
+            assert server is not None
+            assert isinstance(server.relay, RelayLane) if lane else server.relay is None
             async with httpx.AsyncClient(base_url=sidecar.url, timeout=10) as client:
                 yield upstream, sidecar, client
     finally:
