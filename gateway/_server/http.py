@@ -7,9 +7,12 @@ Shared by the emulator and the sidecar, so it is general and sits on a hot
 path. One :class:`asyncio.Protocol` per connection parses with
 ``httptools.HttpRequestParser``; complete requests go into a per-connection
 queue and are answered one at a time, in order (pipelining is safe, never
-concurrent). Each connection composes a reader (:mod:`gateway._server.parsing`)
-and a writer (:mod:`gateway._server.writing`); neither imports the other, nor
-this module.
+concurrent). A server's ``relay`` (:class:`Relay`, the sidecar's relay lane)
+may take a request first, when nothing is queued or in flight on its
+connection, and answer it from its own callbacks; what it cannot finish it
+hands back as an awaitable, answered in order like any other. Each connection
+composes a reader (:mod:`gateway._server.parsing`) and a writer
+(:mod:`gateway._server.writing`); neither imports the other, nor this module.
 
 Defences against slow or hostile clients: a head-size limit counted on the
 raw bytes fed to the parser (414 / 431 before a byte past it is parsed), a

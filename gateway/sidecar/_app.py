@@ -7,7 +7,9 @@ Per request the hot path does one path split, one pass over the request
 headers through the operation's header -> member table (``_api``), the
 gateway call with the members as received,
 and a few dict increments for metrics. No logging unless DEBUG is on, no
-task, no copy of the body.
+task, no copy of the body. InvokeEndpoint goes through :class:`RelayLane`
+first, which answers it from the server's callbacks while its call goes the
+plain way.
 """
 
 from __future__ import annotations
