@@ -266,6 +266,8 @@ class CallContext:
         "observer",
         "plans",
         "prediction_cache",
+        "relay_counts",
+        "relay_reads_ids",
         "started",
         "transport",
     )
@@ -290,6 +292,10 @@ class CallContext:
         self.observer = observer
         self.gateway_routes = gateway_routes
         self.emit: Emit | None = None
+        # What the relay path reads of the hooks, read again whenever they change
+        # (set_emit): whether one reads request ids, and the lone metrics hook's count.
+        self.relay_reads_ids = False
+        self.relay_counts: Callable[[str, str, float, float], None] | None = None
         # Operation name -> its plan, over its lane (built on the operation's first call).
         self.plans: dict[str, OperationPlan] = {}
         self.credentials: CredentialSource | None = None
@@ -375,6 +381,8 @@ class CallContext:
 
     def set_emit(self, emit: Emit | None) -> None:
         self.emit = emit
+        self.relay_reads_ids = emit is not None and bool(getattr(emit, "reads_request_id", True))
+        self.relay_counts = None if emit is None else getattr(emit, "call_answered", None)
         for lane in self.lanes.values():
             lane.invoker.emit = emit
 

@@ -274,7 +274,7 @@ def relay(
     if not ctx.started or ctx.cached is not None or not lane.started or len(body) > plan.limit:
         return None
     emit = ctx.emit
-    if emit is not None and getattr(emit, "reads_request_id", True):
+    if emit is not None and ctx.relay_reads_ids:
         return None
     try:
         route = lane.router.resolve(name)
@@ -306,7 +306,7 @@ def relay(
     )
     if call is not None and emit is not None:
         # A lone metrics hook counts the answered call at once (it reads no CallStarted).
-        counts = call.counts = getattr(emit, "call_answered", None)
+        counts = call.counts = ctx.relay_counts
         if counts is None:
             emit(new_event(CallStarted, (route.name, model, plan.name)))
         call.call_started = time.monotonic()

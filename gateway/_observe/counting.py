@@ -10,20 +10,29 @@ families are built from these numbers only when something scrapes them.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Iterable, Mapping
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from gateway._observe.events import OTHER
 from gateway._observe.families import LATENCY_BUCKETS_S
 
-__all__ = ["DEFAULT_LABEL_CAP", "OTHER", "UNCONFIGURED", "Histogram", "LabelCap", "with_zeros"]
+__all__ = [
+    "DEFAULT_LABEL_CAP",
+    "OTHER",
+    "UNCONFIGURED",
+    "Histogram",
+    "LabelCap",
+    "bucket_of",
+    "with_zeros",
+]
 
 # The route or target label of a name that is not configured.
 UNCONFIGURED = "unconfigured"
 DEFAULT_LABEL_CAP = 100
 _INF = float("inf")
 _BOUNDS = (*LATENCY_BUCKETS_S, _INF)
+# Final: compiled, a constant rather than a look-up in another module's globals.
+_LATENCY_BOUNDS: Final[tuple[float, ...]] = LATENCY_BUCKETS_S
 _BOUND_LABELS = tuple("+Inf" if bound == _INF else repr(bound) for bound in _BOUNDS)
 
 _Key = TypeVar("_Key")
@@ -57,6 +66,21 @@ class LabelCap:
         return OTHER
 
 
+def bucket_of(seconds: float) -> int:
+    """``bisect_left(LATENCY_BUCKETS_S, seconds)``: the index of the first bound at or
+    above ``seconds``; the +Inf bucket's past the last.
+
+    Compiled, a loop over the few bounds below a typical latency costs less than
+    the generic call into ``bisect`` (three per relayed request).
+    """
+    index = 0
+    for bound in _LATENCY_BOUNDS:
+        if seconds <= bound:
+            return index
+        index += 1
+    return index
+
+
 class Histogram:
     """Counts per ``LATENCY_BUCKETS_S`` bucket (not cumulated) and their sum."""
 
@@ -67,7 +91,7 @@ class Histogram:
         self.total = 0.0
 
     def observe(self, seconds: float) -> None:
-        self.counts[bisect_left(LATENCY_BUCKETS_S, seconds)] += 1
+        self.counts[bucket_of(seconds)] += 1
         self.total += seconds
 
     def buckets(self) -> list[tuple[str, float]]:

@@ -4,7 +4,7 @@
 """The Prometheus sink: the gateway's events counted, and its families built at scrape time.
 
 ``GatewayMetrics`` is an event hook (see ``gateway._observe.events``): each event is a
-few integer increments and at most one ``bisect``; the exposition is built
+few integer increments and at most one bucket search; the exposition is built
 only when something scrapes it, by a ``prometheus_client`` collector (no
 ``Counter.labels()`` lookup per call). Route and target labels are the
 configured names: a name the config does not have (a bare endpoint name, or
@@ -29,7 +29,6 @@ and the cache's Redis errors and circuit state. The families themselves
 from __future__ import annotations
 
 import functools
-from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
@@ -40,6 +39,7 @@ from gateway._observe.counting import (
     UNCONFIGURED,
     Histogram,
     LabelCap,
+    bucket_of,
     with_zeros,
 )
 from gateway._observe.events import (
@@ -62,7 +62,6 @@ from gateway._observe.events import (
     HedgeFired,
     TargetEjected,
 )
-from gateway._observe.families import LATENCY_BUCKETS_S
 from gateway.cache import PredictionCache
 from gateway.routing import Router
 
@@ -243,7 +242,7 @@ class GatewayMetrics:
         attempts[key] = attempts.get(key, 0) + 1
         if outcome == WON:
             latency = metrics.latency
-            latency.counts[bisect_left(LATENCY_BUCKETS_S, duration)] += 1
+            latency.counts[bucket_of(duration)] += 1
             latency.total += duration
             if kind == HEDGE:
                 _bump(self.hedge_wins, metrics.route)
@@ -278,7 +277,7 @@ class GatewayMetrics:
         histogram = self.call_latency.get(route)
         if histogram is None:
             histogram = self.call_latency[route] = Histogram()
-        histogram.counts[bisect_left(LATENCY_BUCKETS_S, duration)] += 1
+        histogram.counts[bucket_of(duration)] += 1
         histogram.total += duration
 
     def call_answered(self, route: str, target: str, attempt_s: float, call_s: float) -> None:
@@ -294,7 +293,7 @@ class GatewayMetrics:
         attempts = metrics.attempts
         attempts[_PRIMARY_WON] = attempts.get(_PRIMARY_WON, 0) + 1
         latency = metrics.latency
-        latency.counts[bisect_left(LATENCY_BUCKETS_S, attempt_s)] += 1
+        latency.counts[bucket_of(attempt_s)] += 1
         latency.total += attempt_s
         # The folded pair's route label is the call's: both come from route_label's rules.
         self._count_call(metrics.route, call_s)
