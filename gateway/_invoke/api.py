@@ -597,6 +597,19 @@ _SPELLINGS: Final = {
 }
 
 
+def _colon_in(line: bytes) -> int:
+    """Where the first ``:`` of ``line`` is (its length if none): a field name's end.
+
+    Compiled, a loop over a name's few bytes costs less than the generic call
+    that ``partition`` is, once per header line of every answer.
+    """
+    size = len(line)
+    for index in range(size):
+        if line[index] == 58:  # ":"
+            return index
+    return size
+
+
 class InvokeResult:
     """What InvokeEndpoint returned, plus where and how the gateway got it.
 
@@ -735,7 +748,8 @@ class InvokeResult:
         names: list[bytes] = []
         spellings = _SPELLINGS
         for line in lines[1:]:  # after the status line
-            received, _, value = line.partition(b":")
+            colon = _colon_in(line)
+            received = line[:colon]
             name = spellings.get(received)
             if name is None:
                 name = received.lower()
@@ -743,7 +757,7 @@ class InvokeResult:
                 # Ints, not b"\r": a one-byte bytes operand costs a buffer acquisition.
                 if name in names or 13 in line or 0 in line:
                     return None
-                if name == _REQUEST_ID and not value.strip():
+                if name == _REQUEST_ID and not line[colon + 1 :].strip():
                     return None
                 names.append(name)
                 kept.append(line)
