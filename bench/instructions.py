@@ -149,47 +149,70 @@ def _callgrind(pid: int, *args: str) -> None:
 
 
 # What each part of the sidecar's request path costs, by the compiled functions that do it
-# (mypyc names a module's function CPyDef_<module>___<name>, a method ...<Class>___<name>).
-# Disjoint in the call tree: none of these calls another's functions.
-FEATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("request parsing (HTTP server)", ("CPyDef_parsing___RequestReader___data_received",)),
-    ("request headers to members", ("CPyDef__app___SidecarApp____members",)),
+# (mypyc names a module's function CPyDef_<module>___<name>, a method ...<Class>___<name>):
+# (part, its functions, the functions of parts nested in it). A part's figure is its
+# functions' inclusive cost less its nested parts', so the parts are disjoint: the relay
+# lane starts a call from the request parser's callback and answers from the upstream
+# connection's.
+_TAKE = "CPyDef__app___RelayLane___take"
+_ANSWER = "CPyDef__app____Relayed___done"
+_MEMBERS = "CPyDef__app___SidecarApp____members"
+_SIGNING = "CPyDef_request___PreparedRequest___encoded_head"
+_ROUTE_START = (
+    "CPyDef__router___Router___resolve",
+    "CPyDef__route___Route___pick",
+    "CPyDef__route___Route___start",
+)
+_ROUTE_FINISH = "CPyDef__route___Route___finish"
+_METRICS = (
+    "CPyDef__metrics___SidecarMetrics___record",
+    "CPyDef__metrics___SidecarMetrics___route_label",
+    "CPyDef_prometheus___GatewayMetrics_____call__",
+    "CPyDef_prometheus___GatewayMetrics___call_answered",
+)
+_DEADLINE = "CPyDef_deadlines___DeadlineWheel___arm"
+_FIELDS = "CPyDef__app____result_response"
+_ENCODING = "CPyDef_writing___ResponseWriter___encode"
+FEATURES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     (
-        "signing (SigV4, with the payload hash)",
-        ("CPyDef_request___PreparedRequest___encoded_head",),
+        "request parsing (HTTP server)",
+        ("CPyDef_parsing___RequestReader___data_received",),
+        (_TAKE,),
     ),
+    ("request headers to members", (_MEMBERS,), ()),
+    ("signing (SigV4, with the payload hash)", (_SIGNING,), ()),
+    ("routing (resolve, pick, start, finish)", (*_ROUTE_START, _ROUTE_FINISH), ()),
+    ("metrics (sidecar's and the gateway's hook)", _METRICS, ()),
+    ("request timeout (deadline wheel)", (_DEADLINE,), ()),
     (
-        "routing (resolve, pick, start, finish)",
-        (
-            "CPyDef__router___Router___resolve",
-            "CPyDef__route___Route___pick",
-            "CPyDef__route___Route___start",
-            "CPyDef__route___Route___finish",
-        ),
+        "relay lane: the call started and sent (its other steps)",
+        (_TAKE,),
+        (_MEMBERS, _SIGNING, *_ROUTE_START, _DEADLINE),
     ),
+    ("upstream answer parsing", ("CPyDef_connection___Connection___data_received",), (_ANSWER,)),
     (
-        "metrics (sidecar's and the gateway's hook)",
-        (
-            "CPyDef__metrics___SidecarMetrics___record",
-            "CPyDef__metrics___SidecarMetrics___route_label",
-            "CPyDef_prometheus___GatewayMetrics_____call__",
-        ),
+        "relay lane: the answer (its other steps)",
+        (_ANSWER,),
+        (_FIELDS, _ENCODING, _ROUTE_FINISH, *_METRICS),
     ),
-    ("request timeout (deadline wheel)", ("CPyDef_deadlines___DeadlineWheel___arm",)),
-    ("upstream answer parsing", ("CPyDef_connection___Connection___data_received",)),
-    ("answer fields relayed", ("CPyDef__app____result_response",)),
-    ("answer encoding", ("CPyDef_writing___ResponseWriter___encode",)),
+    ("answer fields relayed", (_FIELDS,), ()),
+    ("answer encoding", (_ENCODING,), ()),
 )
 
 
 def attribute(out_file: Path, requests: int) -> dict[str, float]:
-    """Instructions per request inside each of FEATURES' functions (compiled build)."""
+    """Instructions per request inside each of FEATURES' parts (compiled build)."""
     annotated = subprocess.run(
         ["callgrind_annotate", "--inclusive=yes", "--threshold=100", "--auto=no", str(out_file)],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
+    return parts_of(annotated, requests)
+
+
+def parts_of(annotated: str, requests: int) -> dict[str, float]:
+    """FEATURES' parts per request, from ``callgrind_annotate --inclusive=yes`` text."""
     inclusive: dict[str, int] = {}
     for line in annotated.splitlines():
         # "  1,234,567 ( 1.23%)  file.c:function [object]"
@@ -197,10 +220,16 @@ def attribute(out_file: Path, requests: int) -> dict[str, float]:
         if found is not None:
             function = found.group(2).rsplit(":", 1)[-1]
             inclusive.setdefault(function, int(found.group(1).replace(",", "")))
-    return {
-        name: sum(inclusive.get(function, 0) for function in functions) / requests
-        for name, functions in FEATURES
-    }
+
+    def cost(functions: tuple[str, ...]) -> int:
+        return sum(inclusive.get(function, 0) for function in functions)
+
+    def part(functions: tuple[str, ...], nested: tuple[str, ...]) -> float:
+        # Without the lane (relay_lane = false, an older build) its parts cost nothing.
+        own = cost(functions)
+        return (own - cost(nested)) / requests if own else 0.0
+
+    return {name: part(functions, nested) for name, functions, nested in FEATURES}
 
 
 def by_library(out_file: Path, requests: int) -> dict[str, float]:

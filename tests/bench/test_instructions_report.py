@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.instructions import self_cost_by_library
+from bench.instructions import parts_of, self_cost_by_library
 
 _ANNOTATED = """\
 --------------------------------------------------------------------------------
@@ -28,3 +28,43 @@ def test_self_costs_are_summed_by_object_largest_first() -> None:
         ("hot.so", 1_076_000),
         ("(inlined, no object named)", 903_000),
     ]
+
+
+_INCLUSIVE = """\
+--------------------------------------------------------------------------------
+Ir                   file:function
+--------------------------------------------------------------------------------
+1,000,000 (100.0%)  p.c:CPyDef_parsing___RequestReader___data_received [/x/hot.so]
+  700,000 (70.00%)  /build/__native__app.c:CPyDef__app___RelayLane___take [/x/hot.so]
+  300,000 (30.00%)  r.c:CPyDef_request___PreparedRequest___encoded_head [/x/hot.so]
+   50,000 ( 5.00%)  /build/__native__app.c:CPyDef__app___SidecarApp____members [/x/hot.so]
+   20,000 ( 2.00%)  /build/__native__route.c:CPyDef__route___Route___pick [/x/hot.so]
+   10,000 ( 1.00%)  /build/__native_deadlines.c:CPyDef_deadlines___DeadlineWheel___arm [/x/hot.so]
+  400,000 (40.00%)  c.c:CPyDef_connection___Connection___data_received [/x/hot.so]
+  350,000 (35.00%)  /build/__native__app.c:CPyDef__app____Relayed___done [/x/hot.so]
+  150,000 (15.00%)  /build/__native__app.c:CPyDef__app____result_response [/x/hot.so]
+   40,000 ( 4.00%)  /build/__native__metrics.c:CPyDef__metrics___SidecarMetrics___record [/x/hot.so]
+"""
+
+
+def test_parts_nested_in_the_relay_lane_are_counted_once() -> None:
+    parts = parts_of(_INCLUSIVE, 1000)
+    assert parts["request parsing (HTTP server)"] == 300  # 1,000,000 less the lane's take
+    assert parts["relay lane: the call started and sent (its other steps)"] == 320
+    assert parts["signing (SigV4, with the payload hash)"] == 300
+    assert parts["upstream answer parsing"] == 50
+    assert parts["relay lane: the answer (its other steps)"] == 160
+    assert parts["answer fields relayed"] == 150
+    assert parts["metrics (sidecar's and the gateway's hook)"] == 40
+    # Disjoint: together they are the two callbacks' inclusive costs.
+    assert sum(parts.values()) == (1_000_000 + 400_000) / 1000
+
+
+def test_without_the_relay_lane_its_parts_are_nothing() -> None:
+    handler_only = "\n".join(line for line in _INCLUSIVE.splitlines() if "RelayLane" not in line)
+    handler_only = handler_only.replace("_Relayed___done", "_invocation")
+    parts = parts_of(handler_only, 1000)
+    assert parts["relay lane: the call started and sent (its other steps)"] == 0
+    assert parts["relay lane: the answer (its other steps)"] == 0
+    assert parts["request parsing (HTTP server)"] == 1000
+    assert parts["upstream answer parsing"] == 400
