@@ -219,8 +219,8 @@ class _Connection(ReaderOwner):
     def _relayed(self, request: Request, answer: Response | Awaitable[Response]) -> None:
         """The relay's answer to the request it took (see :class:`Relay`)."""
         transport = self._transport
-        if transport is None:
-            return  # the client left; a task goes on alone (it records its call)
+        if transport is None or transport.is_closing():
+            return  # the client left (or is reset); a task goes on alone (it records its call)
         if not isinstance(answer, Response):
             # Answered before anything pipelined behind it.
             self._queue.appendleft(_Awaited(request, answer))

@@ -591,19 +591,18 @@ class RelayLane(Relay):
         completes: nothing here may raise into it.
         """
         app = self._app
+        response: Response | None
         try:
             result = pipeline.relay_answered(self._context, self._plan, call, relayed.members)
+            response = None if result is None else _result_response(result)
         except Exception as error:
             # A bug: the request is answered all the same (InternalFailure, logged).
-            app.in_flight -= 1
             response = _failure_answer(error, self._action, relayed.name)
-        else:
-            if result is None:
-                task = asyncio.get_running_loop().create_task(self._rest(relayed, call))
-                relayed.answered(relayed.request, task)
-                return
-            app.in_flight -= 1
-            response = _result_response(result)
+        if response is None:
+            task = asyncio.get_running_loop().create_task(self._rest(relayed, call))
+            relayed.answered(relayed.request, task)
+            return
+        app.in_flight -= 1
         app.finished(self._action, relayed.name, relayed.request, response, relayed.started)
         relayed.answered(relayed.request, response)
 
