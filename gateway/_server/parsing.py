@@ -460,7 +460,10 @@ class RequestReader:
         assert parser is not None  # a callback's helper: only called while it is fed
         url = self._url_parts[0] if len(self._url_parts) == 1 else b"".join(self._url_parts)
         target = url.decode("latin-1")
-        path, _, query = target.partition("?")
+        if "?" in target:
+            path, _, query = target.partition("?")
+        else:
+            path, query = target, ""  # the common case: no generic call to partition
         pairs = self._header_pairs
         headers = dict(pairs)
         if len(headers) != len(pairs):
