@@ -9,7 +9,7 @@ server on a loopback port whose answers each test scripts.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import httpx
@@ -24,7 +24,7 @@ _INVOKE = "/endpoints/{}/invocations"
 # What differs between two answers to one request: the upstream's own request id and the clock.
 _PER_ANSWER = {"x-amzn-requestid", "date"}
 
-Script = Callable[[Request, int], Response]
+Script = Callable[[Request, int], Response | Awaitable[Response]]
 
 
 def _answer(request: Request, _: int) -> Response:
@@ -50,7 +50,8 @@ class Upstream:
 
     async def handle(self, request: Request) -> Response:
         self.seen.append(request.body)
-        return self.script(request, len(self.seen))
+        answer = self.script(request, len(self.seen))
+        return answer if isinstance(answer, Response) else await answer
 
     @property
     def url(self) -> str:
@@ -158,6 +159,33 @@ async def test_an_error_answer_is_the_handlers_error_answer() -> None:
             assert sidecar.app.in_flight == 0
     assert answers[0] == answers[1]
     assert answers[0][0] == 400
+
+
+async def test_a_call_past_its_deadline_is_answered_as_the_handler_answers_it() -> None:
+    async def late(request: Request) -> Response:
+        await asyncio.sleep(0.5)
+        return _answer(request, 0)
+
+    def script(request: Request, n: int) -> Response | Awaitable[Response]:
+        return late(request) if request.body == b"late" else _answer(request, n)
+
+    answers = []
+    for lane in (True, False):
+        async with running(script, lane) as (_, sidecar, client):
+            await _calls(client, [b"warm"])
+            timed_out = await client.post(
+                _INVOKE.format("ep"), content=b"late", headers={"x-gateway-timeout-ms": "100"}
+            )
+            taken = _lane(sidecar)
+            assert (taken.taken == 1) if taken is not None else not lane
+            assert sidecar.app.in_flight == 0
+            answers.append(_comparable(timed_out))
+            # The socket that timed out is not reused for the next call's answer.
+            (after,) = await _calls(client, [b"after"])
+            assert after.status_code == 200 and after.content == b"after"
+    assert answers[0] == answers[1]
+    assert answers[0][0] >= 400
+    assert b"deadline" in answers[0][1].lower()
 
 
 async def test_a_failed_first_attempt_is_retried_as_the_handler_retries_it() -> None:
