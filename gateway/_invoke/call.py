@@ -347,6 +347,15 @@ class RelayedCall:
         request: PreparedRequest,
         answer: asyncio.Future[RawResponse],
         slot: Slot,
+        spec: tuple[
+            Operation,
+            str | None,
+            tuple[tuple[str, str], ...],
+            list[tuple[str, str]],
+            bool,
+            bytes,
+            float,
+        ],
     ) -> None:
         self.invoker = invoker
         self.route = route
@@ -356,16 +365,9 @@ class RelayedCall:
         self.request = request
         self.answer = answer
         self.slot = slot
-        # The CallSpec's fields, built into one only if the first attempt fails.
-        self.spec: tuple[
-            Operation,
-            str | None,
-            tuple[tuple[str, str], ...],
-            list[tuple[str, str]],
-            bool,
-            bytes,
-            float,
-        ] = (INVOKE, None, (), [], False, b"", 0.0)
+        # The CallSpec's fields (operation, model, headers, pinned, body, deadline), built
+        # into one only if the first attempt fails.
+        self.spec = spec
         # When the call began, for its CallFinished (set by the pipeline when a hook listens).
         self.call_started = 0.0
         # The lone hook's way to count a call its first attempt answered, without its
@@ -635,9 +637,8 @@ class Invoker:
             answer.set_exception(error)
             answer.get_loop().call_soon(then, answer)
             slot = {}
-        relayed = RelayedCall(self, route, state, plan, started, request, answer, slot)
-        relayed.spec = (operation, model, before_host, after_host, variant_pinned, body, deadline)
-        return relayed
+        spec = (operation, model, before_host, after_host, variant_pinned, body, deadline)
+        return RelayedCall(self, route, state, plan, started, request, answer, slot, spec)
 
     def _stamp(self, call: CallSpec, result: InvokeResult) -> InvokeResult:
         result.attempts = call.attempts

@@ -273,9 +273,9 @@ def relay(
     lane = plan.lane
     if not ctx.started or ctx.cached is not None or not lane.started or len(body) > plan.limit:
         return None
-    emit = ctx.emit
-    if emit is not None and ctx.relay_reads_ids:
+    if ctx.relay_reads_ids:  # (False while no hook listens)
         return None
+    emit = ctx.emit
     try:
         route = lane.router.resolve(name)
     except errors.ConfigError:

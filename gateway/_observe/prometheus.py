@@ -277,8 +277,7 @@ class GatewayMetrics:
         histogram = self.call_latency.get(route)
         if histogram is None:
             histogram = self.call_latency[route] = Histogram()
-        histogram.counts[bucket_of(duration)] += 1
-        histogram.total += duration
+        histogram.observe(duration)
 
     def call_answered(self, route: str, target: str, attempt_s: float, call_s: float) -> None:
         """An InvokeEndpoint call its first attempt answered, counted without its events.
@@ -292,9 +291,7 @@ class GatewayMetrics:
             metrics = self._fold(route, target)
         attempts = metrics.attempts
         attempts[_PRIMARY_WON] = attempts.get(_PRIMARY_WON, 0) + 1
-        latency = metrics.latency
-        latency.counts[bucket_of(attempt_s)] += 1
-        latency.total += attempt_s
+        metrics.latency.observe(attempt_s)
         # The folded pair's route label is the call's: both come from route_label's rules.
         self._count_call(metrics.route, call_s)
 

@@ -196,8 +196,10 @@ class SidecarApp:
         if not self._relay_lane or self.entry != self.handle:
             return None
         context: CallContext | None = getattr(self._gw, "_context", None)
-        if context is None:
-            return None  # a Gateway stand-in (tests): the handler serves it all
+        if context is None or context.cached is not None:
+            # A Gateway stand-in (tests), or a prediction cache (which the handler's
+            # path consults): every request would be offered to the lane and refused.
+            return None
         plan = context.plans.get(INVOKE.name)
         action = _invocations_action()
         if plan is None or action is None or action.operation is not INVOKE:
@@ -559,7 +561,9 @@ class RelayLane(Relay):
         ):
             return False
         name = path[len(_ENDPOINTS) : -len(_INVOCATIONS)]
-        if not name or "/" in name or "%" in name:
+        if not name or "/" in name or "%" in name or self._context.relay_reads_ids:
+            # (A hook that reads request ids takes the handler's path: known before
+            # the request is authenticated and read, which the handler would repeat.)
             return False
         authenticate = app._authenticate
         if authenticate is not None:

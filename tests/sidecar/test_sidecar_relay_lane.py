@@ -277,3 +277,25 @@ async def test_a_client_that_leaves_mid_call_leaves_nothing_behind() -> None:
             assert after.status_code == 200 and after.content == b"after"
     finally:
         await upstream.close(grace=1.0)
+
+
+async def test_with_a_prediction_cache_the_handler_answers_every_request() -> None:
+    """The cache is consulted on the handler's path: no lane to offer requests to."""
+    upstream = Upstream()
+    upstream.server = await start_server(upstream.handle, "127.0.0.1", 0)
+    try:
+        gateway = Gateway(
+            region="us-east-1",
+            endpoint_url=upstream.url,
+            credentials=("AK", "SK"),
+            cache={"enabled": True},
+        )
+        async with gateway, Sidecar(gateway, "127.0.0.1", 0) as sidecar:
+            assert sidecar._server is not None and sidecar._server.relay is None
+            async with httpx.AsyncClient(base_url=sidecar.url, timeout=10) as client:
+                first, second = await _calls(client, [b"same", b"same"])
+        assert first.content == second.content == b"same"
+        assert second.headers["x-gateway-cache"] == "near"
+        assert upstream.seen == [b"same"]
+    finally:
+        await upstream.server.close(grace=1.0)
