@@ -23,7 +23,9 @@ from round to round, so both see the same machine.
 
 Per round and proxy: requests/s, wrk's p50/p99 latency, and the proxy's CPU
 (user+sys from /proc, the proxy and its children) per request answered: the
-figure a shared machine disturbs least. Then the medians, the sidecar/nginx
+figure a shared machine disturbs least; then that CPU split into user (the
+proxy's own code) and sys (the kernel's work on its behalf: system calls, and
+the loopback TCP work done in their context). Then the medians, the sidecar/nginx
 ratio per round (median and range) and, with ``strace`` installed, system
 calls per request: ``strace -c -f`` attached to each proxy while exactly
 ``--strace-requests`` requests go through it (after a warm-up, on
@@ -68,7 +70,7 @@ from bench._floor_relay import READY_PREFIX as FLOOR_READY_PREFIX
 from bench._stub import StubServer
 from bench.instructions import _Client, _drive
 from bench.sidecar_load import PATH, PAYLOAD, build_request, sidecar_config
-from bench.sidecar_workers import tree_cpu_seconds
+from bench.sidecar_workers import tree_cpu_split
 from gateway._host.build import build_kind
 from gateway._server import processes as child_process
 from gateway.sidecar import SidecarProcess
@@ -126,6 +128,9 @@ class Sample:
     p99_us: float
     cpu_us_per_request: float
     errors: int
+    # The CPU split: the proxy's own code (user) and the kernel's work for it (sys).
+    user_us_per_request: float = 0.0
+    sys_us_per_request: float = 0.0
 
 
 def _free_port() -> int:
@@ -293,10 +298,12 @@ def run_wrk(url: str, script: str, threads: int, connections: int, seconds: int)
 def measure(proxy: Proxy, script: str, args: argparse.Namespace, index: int) -> Sample:
     """One round against ``proxy``: a short warm-up run, then the measured one."""
     run_wrk(proxy.url, script, args.threads, args.connections, 1)
-    cpu_before = tree_cpu_seconds(proxy.pid)
+    user_before, sys_before = tree_cpu_split(proxy.pid)
     output = run_wrk(proxy.url, script, args.threads, args.connections, args.duration)
-    cpu = tree_cpu_seconds(proxy.pid) - cpu_before
+    user_after, sys_after = tree_cpu_split(proxy.pid)
+    user, system = user_after - user_before, sys_after - sys_before
     requests, seconds, p50, p99, errors = parse_wrk(output)
+    per_request = 1e6 / max(requests, 1)
     return Sample(
         proxy=proxy.name,
         round=index,
@@ -305,8 +312,10 @@ def measure(proxy: Proxy, script: str, args: argparse.Namespace, index: int) -> 
         rps=round(requests / seconds, 1),
         p50_us=round(p50, 1),
         p99_us=round(p99, 1),
-        cpu_us_per_request=round(cpu / max(requests, 1) * 1e6, 2),
+        cpu_us_per_request=round((user + system) * per_request, 2),
         errors=errors,
+        user_us_per_request=round(user * per_request, 2),
+        sys_us_per_request=round(system * per_request, 2),
     )
 
 
@@ -412,7 +421,8 @@ def _ratio_summary(ratios: list[float]) -> dict[str, float]:
 def _row(sample: Sample) -> str:
     return (
         f"{sample.round:>5} {sample.proxy:<9} {sample.rps:>9.0f} {sample.p50_us:>8.0f} "
-        f"{sample.p99_us:>8.0f} {sample.cpu_us_per_request:>10.1f} {sample.errors:>6}"
+        f"{sample.p99_us:>8.0f} {sample.cpu_us_per_request:>10.1f} {sample.errors:>6} "
+        f"{sample.user_us_per_request:>7.1f} {sample.sys_us_per_request:>7.1f}"
     )
 
 
@@ -436,6 +446,8 @@ def summarise(samples: list[Sample], names: list[str]) -> dict[str, object]:
             "p50_us": round(statistics.median(s.p50_us for s in mine), 1),
             "p99_us": round(statistics.median(s.p99_us for s in mine), 1),
             "cpu_us_per_request": round(statistics.median(s.cpu_us_per_request for s in mine), 2),
+            "user_us_per_request": round(statistics.median(s.user_us_per_request for s in mine), 2),
+            "sys_us_per_request": round(statistics.median(s.sys_us_per_request for s in mine), 2),
         }
     report: dict[str, object] = {"medians": medians}
     by_round: dict[int, dict[str, Sample]] = {}
@@ -545,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(
                 f"{'round':>5} {'proxy':<9} {'req/s':>9} {'p50_us':>8} {'p99_us':>8} "
-                f"{'cpu_us/req':>10} {'errors':>6}",
+                f"{'cpu_us/req':>10} {'errors':>6} {'user_us':>7} {'sys_us':>7}",
                 flush=True,
             )
             samples = []
@@ -565,7 +577,8 @@ def main(argv: list[str] | None = None) -> int:
                 m = medians[name]
                 print(
                     f"{'':>5} {name:<9} {m['rps']:>9.0f} {m['p50_us']:>8.0f} "
-                    f"{m['p99_us']:>8.0f} {m['cpu_us_per_request']:>10.1f}"
+                    f"{m['p99_us']:>8.0f} {m['cpu_us_per_request']:>10.1f} {'':>6} "
+                    f"{m['user_us_per_request']:>7.1f} {m['sys_us_per_request']:>7.1f}"
                 )
             for name, over, key in _RATIOS:
                 ratios = report.get(key)

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._stub import StubServer
-from bench.sidecar_load import _Client, _cpu_seconds, build_request, sidecar_config
+from bench.sidecar_load import _Client, build_request, cpu_split, sidecar_config
 from gateway.sidecar import SidecarProcess
 
 
@@ -54,12 +54,19 @@ class Round:
 
 def tree_cpu_seconds(pid: int) -> float:
     """User+sys CPU of ``pid`` and its children (a supervisor and its workers)."""
-    total = _cpu_seconds(pid)
+    return sum(tree_cpu_split(pid))
+
+
+def tree_cpu_split(pid: int) -> tuple[float, float]:
+    """The (user, system) CPU of ``pid`` and its children."""
+    user, system = cpu_split(pid)
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     for child in children:
         with contextlib.suppress(FileNotFoundError):  # exited between the two reads
-            total += _cpu_seconds(int(child))
-    return total
+            child_user, child_system = cpu_split(int(child))
+            user += child_user
+            system += child_system
+    return user, system
 
 
 def _wrk_round(

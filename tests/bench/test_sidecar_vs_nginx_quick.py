@@ -92,6 +92,8 @@ def test_quick_run_reports_both_proxies_and_their_ratio() -> None:
     ]
     assert all(float(value) > 0 for row in rows for value in row[2:6])
     assert all(row[6] == "0" for row in rows)  # no failed requests
+    # The user and sys columns add up to the CPU per request (each rounded to 0.1 us).
+    assert all(abs(float(row[7]) + float(row[8]) - float(row[5])) <= 0.25 for row in rows)
     assert re.search(r"^sidecar/nginx: CPU per request \d+\.\d\dx \(rounds ", text, re.M)
     calls = re.findall(r"^\s+(nginx|sidecar)\s+(\d+\.\d\d)  \(", text, re.M)
     assert [name for name, _ in calls] == ["nginx", "sidecar"]
@@ -102,6 +104,9 @@ def test_quick_run_reports_both_proxies_and_their_ratio() -> None:
     ratio = report["ratios"]["cpu_per_request"]
     assert 0 < ratio["min"] <= ratio["median"] <= ratio["max"]
     assert set(report["syscalls_per_request"]) == {"nginx", "sidecar"}
+    for sample in report["samples"]:
+        split = sample["user_us_per_request"] + sample["sys_us_per_request"]
+        assert split == pytest.approx(sample["cpu_us_per_request"], abs=0.02)
 
 
 def _sidecar_alone(*extra: str) -> subprocess.CompletedProcess[str]:
