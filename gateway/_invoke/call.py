@@ -598,6 +598,7 @@ class Invoker:
         after_host: list[tuple[str, str]],
         variant_pinned: bool,
         body: bytes,
+        now: float,
         deadline: float,
         user_agent: str | None,
         then: Callable[[asyncio.Future[RawResponse]], None],
@@ -607,14 +608,15 @@ class Invoker:
         its target, a target not planned yet, the native transport not in use.
 
         The caller checks what :meth:`invoke` would do otherwise: no hedging on
-        ``route``, no inference router among its targets. ``then(answer)`` is called
-        once the attempt's ``answer`` is done, never from inside this call (see
+        ``route``, no inference router among its targets. ``now`` (the call's
+        start, read just before) and ``deadline`` are ``time.monotonic`` readings:
+        one clock reading a call. ``then(answer)`` is called once the attempt's
+        ``answer`` is done, never from inside this call (see
         :meth:`NativeTransport.send_on`).
         """
         transport = self._transport
         if not isinstance(transport, NativeTransport):
             return None
-        now = time.monotonic()
         if now >= deadline:
             return None
         state = route.pick(model)

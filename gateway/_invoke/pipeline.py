@@ -300,16 +300,26 @@ def relay(
     model = None if found is None else str(found)
     place = plan.variant
     pinned = place < 0 or members[place] is not None
-    deadline = time.monotonic() + timeout
+    now = time.monotonic()  # the call's start: its deadline, its first attempt, its duration
     call = lane.invoker.relay(
-        route, plan.operation, model, before_host, after_host, pinned, body, deadline, agent, then
+        route,
+        plan.operation,
+        model,
+        before_host,
+        after_host,
+        pinned,
+        body,
+        now,
+        now + timeout,
+        agent,
+        then,
     )
     if call is not None and emit is not None:
         # A lone metrics hook counts the answered call at once (it reads no CallStarted).
         counts = call.counts = ctx.relay_counts
         if counts is None:
             emit(new_event(CallStarted, (route.name, model, plan.name)))
-        call.call_started = time.monotonic()
+        call.call_started = now
     return call
 
 

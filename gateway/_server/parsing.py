@@ -173,6 +173,7 @@ class RequestReader:
 
     __slots__ = (
         "_backlog_scheduled",
+        "_begun_in",
         "_body_limit",
         "_body_parts",
         "_body_remaining",
@@ -182,6 +183,7 @@ class RequestReader:
         "_connection",
         "_discarded",
         "_expect_continue",
+        "_feeds",
         "_head_bytes",
         "_header_pairs",
         "_http_version",
@@ -215,6 +217,10 @@ class RequestReader:
         # message ended inside the last piece fed (see data_received).
         self._head_bytes = 0
         self._completed_in_feed = False
+        # Pieces fed so far, and the one the current message began in: a head
+        # complete in that same piece keeps the begin's clock reading.
+        self._feeds = 0
+        self._begun_in = -1
         self._http_version = "1.1"  # the current request's, checked with its head
         self._discarded = 0  # bytes dropped by a lingering close
         self.reading_paused = False
@@ -302,6 +308,7 @@ class RequestReader:
         parser = self._parser
         if parser is None:
             return False  # released: the connection is gone
+        self._feeds += 1
         try:
             parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -337,6 +344,7 @@ class RequestReader:
     def on_message_begin(self) -> None:
         self.phase = _HEADERS
         self.phase_since = self._loop.time()
+        self._begun_in = self._feeds
 
     def on_url(self, url: bytes) -> None:
         # Bounded: data_received never feeds a head past max_header_size.
@@ -369,7 +377,10 @@ class RequestReader:
 
     def _head_complete(self) -> None:
         self.phase = _BODY
-        self.phase_since = self._loop.time()
+        if self._begun_in != self._feeds:
+            # (Within the piece the message began in, the body's clock starts from
+            # the begin's reading: the same parser call, microseconds before.)
+            self.phase_since = self._loop.time()
         declared = -1
         chunked = False
         for name, value in self._header_pairs:

@@ -139,6 +139,11 @@ def test_field_lines_say_what_the_fields_say(head: bytes) -> None:
         pytest.param(b"HTTP/1.1 200 OK\r\nx-a: 1\ncontent-type: a/b", id="one-bare-lf"),
         pytest.param(b"HTTP/1.1 200 OK\r\ncontent-type: a/b\rx-evil: 1", id="bare-cr"),
         pytest.param(b"HTTP/1.1 200 OK\r\ncontent-type: a\x00b", id="nul"),
+        # In a line that is not copied, too: the whole head is vouched for, or none of it.
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\nx-amzn-RequestId: r\r\nServer: a\x00b", id="nul-elsewhere"
+        ),
+        pytest.param(b"HTTP/1.1 200 OK\r\nx-amzn-RequestId: r\r\nDate: a\rb", id="cr-elsewhere"),
         pytest.param(b"HTTP/1.1 200 OK\r\ncontent-type: a/b\r\n  ;q=1", id="folded"),
         pytest.param(b"HTTP/1.1 200 OK\r\ncontent-type: a/b\r\nContent-Type: c/d", id="twice"),
         pytest.param(b"HTTP/1.1 200 OK\r\ncontent-type: a/b", id="no-request-id"),
