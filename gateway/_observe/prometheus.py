@@ -68,6 +68,7 @@ from gateway.routing import Router
 __all__ = [
     "KNOWN_ERROR_CODES",
     "GatewayMetrics",
+    "RouteCalls",
     "TargetMetrics",
     "build_info_family",
     "gateway_collector",
@@ -98,17 +99,56 @@ _REFRESH_RESULTS = ("ok", "failed")
 _REASONS = (*ROUTING_REASONS, OTHER)
 
 
+class RouteCalls:
+    """One route label's calls: how many, and their latency."""
+
+    __slots__ = ("count", "latency")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.latency = Histogram()
+
+
 class TargetMetrics:
     """One (route, target) label pair: attempts by kind and outcome, errors, latency."""
 
-    __slots__ = ("attempts", "errors", "latency", "route", "target")
+    __slots__ = (
+        "_other_attempts",
+        "errors",
+        "latency",
+        "primary_won",
+        "route",
+        "route_calls",
+        "target",
+    )
 
     def __init__(self, route: str, target: str) -> None:
         self.route = route
         self.target = target
-        self.attempts: dict[tuple[str, str], int] = {}
+        # A primary attempt that won (nearly every attempt) is an int to bump; the
+        # other kinds and outcomes are counted by (kind, outcome).
+        self.primary_won = 0
+        self._other_attempts: dict[tuple[str, str], int] = {}
         self.errors: dict[str, int] = {}
         self.latency = Histogram()  # attempts that won
+        # Its route label's calls, once a call is counted through it.
+        self.route_calls: RouteCalls | None = None
+
+    @property
+    def attempts(self) -> dict[tuple[str, str], int]:
+        """Attempts by (kind, outcome)."""
+        attempts = dict(self._other_attempts)
+        if self.primary_won:
+            attempts[_PRIMARY_WON] = self.primary_won
+        return attempts
+
+    def count_attempt(self, kind: str, outcome: str) -> None:
+        if outcome == WON and kind == PRIMARY:
+            self.primary_won += 1
+        else:
+            other = self._other_attempts
+            key = (kind, outcome)
+            other[key] = other.get(key, 0) + 1
 
     @property
     def calls(self) -> int:
@@ -152,9 +192,8 @@ class GatewayMetrics:
         self._by_name: dict[tuple[str, str], TargetMetrics] = {}
         self._unconfigured_remembered = 0  # of _by_name's pairs
         self.targets: dict[tuple[str, str], TargetMetrics] = {}
-        self.calls: dict[str, int] = {}
+        self._route_calls: dict[str, RouteCalls] = {}
         self.call_errors: dict[tuple[str, str], int] = {}
-        self.call_latency: dict[str, Histogram] = {}
         self.hedges: dict[str, int] = {}
         self.hedge_wins: dict[str, int] = {}
         self.retries: dict[str, int] = {}
@@ -237,9 +276,7 @@ class GatewayMetrics:
         metrics = self._by_name.get((route, target))
         if metrics is None:
             metrics = self._fold(route, target)
-        attempts = metrics.attempts
-        key = (kind, outcome)
-        attempts[key] = attempts.get(key, 0) + 1
+        metrics.count_attempt(kind, outcome)
         if outcome == WON:
             latency = metrics.latency
             latency.counts[bucket_of(duration)] += 1
@@ -270,14 +307,27 @@ class GatewayMetrics:
             if code == "DeadlineExceeded":
                 _bump(self.deadline_exceeded, route)
 
+    @property
+    def calls(self) -> dict[str, int]:
+        """Calls by route label."""
+        return {route: calls.count for route, calls in list(self._route_calls.items())}
+
+    @property
+    def call_latency(self) -> dict[str, Histogram]:
+        """The calls' latency by route label."""
+        return {route: calls.latency for route, calls in list(self._route_calls.items())}
+
+    def _calls_of(self, route: str) -> RouteCalls:
+        calls = self._route_calls.get(route)
+        if calls is None:
+            calls = self._route_calls[route] = RouteCalls()
+        return calls
+
     def _count_call(self, route: str, duration: float) -> None:
         """A call of ``route`` (its label) in calls_total and the call latency histogram."""
-        calls = self.calls
-        calls[route] = calls.get(route, 0) + 1
-        histogram = self.call_latency.get(route)
-        if histogram is None:
-            histogram = self.call_latency[route] = Histogram()
-        histogram.observe(duration)
+        calls = self._calls_of(route)
+        calls.count += 1
+        calls.latency.observe(duration)
 
     def call_answered(self, route: str, target: str, attempt_s: float, call_s: float) -> None:
         """An InvokeEndpoint call its first attempt answered, counted without its events.
@@ -289,11 +339,14 @@ class GatewayMetrics:
         metrics = self._by_name.get((route, target))
         if metrics is None:
             metrics = self._fold(route, target)
-        attempts = metrics.attempts
-        attempts[_PRIMARY_WON] = attempts.get(_PRIMARY_WON, 0) + 1
+        metrics.primary_won += 1
         metrics.latency.observe(attempt_s)
         # The folded pair's route label is the call's: both come from route_label's rules.
-        self._count_call(metrics.route, call_s)
+        calls = metrics.route_calls
+        if calls is None:
+            calls = metrics.route_calls = self._calls_of(metrics.route)
+        calls.count += 1
+        calls.latency.observe(call_s)
 
     def _routed(self, event: CallFinished) -> None:
         # The event's labels are bounded already; the cap bounds how many ARNs.

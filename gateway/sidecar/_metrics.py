@@ -3,7 +3,7 @@
 # re-check attributes narrowed before an await. A compiled install needs a rebuild after edits.
 """The sidecar's own metrics, exposed through ``prometheus_client``.
 
-The hot path only bumps plain ints in dicts (no lock, no label lookup);
+The hot path only bumps plain ints (no lock, no label lookup);
 the numbers become metric families when /metrics is scraped. The families
 (``sagemaker_gateway_sidecar_*``) are declared in ``gateway._observe.families``;
 the latency histogram uses the gateway's one bucket set. Route labels are
@@ -47,6 +47,19 @@ REJECT_REASONS = (
 _SUCCESS = {"invoke": 200, "stream": 200, "async": 202, "openrtb": 200}
 
 
+class _OperationCounts:
+    """One operation's counters, bumped as attributes: a request costs two look-ups
+    (its operation, its route) and one bump of its status, no key tuple built."""
+
+    __slots__ = ("latency", "received", "routes", "sent")
+
+    def __init__(self) -> None:
+        self.latency = Histogram()
+        self.received = 0
+        self.sent = 0
+        self.routes: dict[str, dict[int, int]] = {}  # route label -> status -> requests
+
+
 class SidecarMetrics:
     """Counters of one sidecar; register it on a ``CollectorRegistry``."""
 
@@ -62,11 +75,8 @@ class SidecarMetrics:
         self._in_flight = in_flight
         self._routes = None if routes is None else frozenset(routes)
         self._operations = tuple(operations)
-        self.requests: dict[tuple[str, str, int], int] = {}
+        self._counts: dict[str, _OperationCounts] = {}
         self.rejected: dict[str, int] = {}
-        self.received_bytes: dict[str, int] = {}
-        self.sent_bytes: dict[str, int] = {}
-        self._latency: dict[str, Histogram] = {}
         self._route_cap = LabelCap(label_cap)
         # Set once by the sidecar command after gc.freeze() (tune_gc); a
         # number, not gc.get_freeze_count() per scrape: that walks the list.
@@ -81,15 +91,36 @@ class SidecarMetrics:
         received: int = 0,
         sent: int = 0,
     ) -> None:
-        key = (operation, route, status)
-        requests = self.requests
-        requests[key] = requests.get(key, 0) + 1
-        histogram = self._latency.get(operation)
-        if histogram is None:
-            histogram = self._latency[operation] = Histogram()
-        histogram.observe(seconds)
-        self.received_bytes[operation] = self.received_bytes.get(operation, 0) + received
-        self.sent_bytes[operation] = self.sent_bytes.get(operation, 0) + sent
+        counts = self._counts.get(operation)
+        if counts is None:
+            counts = self._counts[operation] = _OperationCounts()
+        counts.latency.observe(seconds)
+        counts.received += received
+        counts.sent += sent
+        statuses = counts.routes.get(route)
+        if statuses is None:
+            statuses = counts.routes[route] = {}
+        statuses[status] = statuses.get(status, 0) + 1
+
+    @property
+    def requests(self) -> dict[tuple[str, str, int], int]:
+        """Requests answered, by (operation, route label, status)."""
+        return {
+            (operation, route, status): count
+            for operation, counts in list(self._counts.items())
+            for route, statuses in list(counts.routes.items())
+            for status, count in list(statuses.items())
+        }
+
+    @property
+    def received_bytes(self) -> dict[str, int]:
+        """Request body bytes received, by operation."""
+        return {operation: counts.received for operation, counts in self._counts.items()}
+
+    @property
+    def sent_bytes(self) -> dict[str, int]:
+        """Answer body bytes sent, by operation."""
+        return {operation: counts.sent for operation, counts in self._counts.items()}
 
     def route_label(self, name: str) -> str:
         """``name`` if it is a configured route, else ``unconfigured``."""
@@ -130,7 +161,7 @@ class SidecarMetrics:
 
     def _latency_family(self) -> HistogramMetricFamily:
         family = families.SIDECAR_REQUEST_DURATION.family()
-        histograms = dict(self._latency)
+        histograms = {operation: counts.latency for operation, counts in self._counts.items()}
         for operation in self._operations:
             if operation not in histograms:
                 histograms[operation] = Histogram()
