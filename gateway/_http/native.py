@@ -113,13 +113,27 @@ class NativeTransport:
         socket died while idle (before any answer byte, or before the write):
         :meth:`request` with ``fresh=True`` is then the one silent retry.
         """
-        pool = self._pool_of(request.origin)
         try:
             head = request.encoded_head()
         except BaseException:
-            pool.release(connection, True)  # unused: signing failed
+            self._pool_of(request.origin).release(connection, True)  # unused: signing failed
             raise
-        waiter = connection.send_then(head + request.body, then)
+        return self.send_bytes_on(
+            connection, request.origin, head + request.body, deadline, now, then
+        )
+
+    def send_bytes_on(
+        self,
+        connection: Connection,
+        origin: Origin,
+        data: bytes,
+        deadline: float,
+        now: float,
+        then: Callable[[asyncio.Future[RawResponse]], None],
+    ) -> tuple[asyncio.Future[RawResponse], Slot]:
+        """:meth:`send_on` for a request already encoded and signed: ``data`` is all of it."""
+        pool = self._pool_of(origin)
+        waiter = connection.send_then(data, then)
         if waiter is None:
             # Closed between the pop and the write: nothing was sent.
             waiter = pool.loop.create_future()

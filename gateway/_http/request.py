@@ -86,6 +86,19 @@ class RequestSigner:
         :class:`PresignedHead`, and each call pays for three short hash
         updates and a join.
         """
+        presigned = self.presigned(path, sign_prefix, headers, after_host, user_agent)
+        return presigned.head(payload_hash, body_length)
+
+    def presigned(
+        self,
+        path: str,
+        sign_prefix: str,
+        headers: list[tuple[str, str]],
+        after_host: int = -1,
+        user_agent: str | None = None,
+    ) -> PresignedHead:
+        """The head of :meth:`signed_head` signed up to its payload hash, good while
+        :meth:`is_current` says so (this second's date, the current credentials)."""
         credentials = self._credentials()
         amz_date = self._clock.now()
         # A caller's own user agent (the sidecar's clients') is part of the head.
@@ -101,7 +114,11 @@ class RequestSigner:
             if len(self._heads) >= _MAX_PRESIGNED_HEADS:
                 self._heads.clear()  # rare shapes pile up otherwise
             self._heads[key] = head
-        return head.head(payload_hash, body_length)
+        return head
+
+    def is_current(self, head: PresignedHead) -> bool:
+        """Whether ``head`` signs a request sent now: this second's date, the current keys."""
+        return head.amz_date == self._clock.now() and head.credentials is self._credentials()
 
     @staticmethod
     def _with_date(
@@ -189,6 +206,19 @@ class PreparedRequest:
                 )
             self._head = head
         return head
+
+    def presigned(self) -> PresignedHead:
+        """The head this request is signed with, up to its payload hash (a signed request)."""
+        assert self.signer is not None
+        return self.signer.presigned(
+            self.path, self.sign_prefix, self.headers, self.after_host, self.caller_agent
+        )
+
+    def sent_as(self, head: bytes, payload_hash: str) -> None:
+        """This request was signed and sent as ``head`` (by a caller that signed it itself):
+        a resend sends the same head, and the signing keys are read back from it."""
+        self._head = head
+        self.payload_hash = payload_hash
 
     def signed_access_key(self) -> str | None:
         """The access key this request was signed with; None before signing or unsigned.

@@ -52,6 +52,7 @@ from typing import Final
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
 from gateway import errors
+from gateway._aws.sigv4 import PresignedHead, payload_sha256
 from gateway._http.deadlines import Slot
 from gateway._http.interfaces import StreamingResponse, Transport
 from gateway._http.message import RawResponse
@@ -115,6 +116,8 @@ _HEDGE_WON = "gateway: a hedge attempt answered first"
 _HEDGE_WON_SAME_TARGET = "gateway: a hedge attempt on the same target answered first"
 _PRIMARY_WON = "gateway: the primary attempt answered first"
 _MAX_PLANS = 4096
+# Presigned heads a target keeps for relayed calls, by their members.
+_MAX_RELAY_HEADS = 256
 
 
 @dataclass(slots=True)
@@ -137,6 +140,36 @@ class CallSpec:
 
 
 _TARGET_VARIANT: Final = "x-amzn-sagemaker-target-variant"
+
+
+def _relay_head(
+    plan: TargetPlan,
+    operation: Operation,
+    members: tuple[object, ...],
+    before_host: tuple[tuple[str, str], ...],
+    after_host: list[tuple[str, str]],
+    variant_pinned: bool,
+    user_agent: str | None,
+) -> PresignedHead:
+    """The head of a relayed call with these members to ``plan``'s target, signed up
+    to its payload hash: kept per target and members, so that a relayed call whose
+    members were seen this second builds no request and no signing key to find it.
+    """
+    signer = plan.signer
+    kept = plan.relay_heads.get(members)
+    if kept is not None:
+        agent, presigned = kept
+        if agent == user_agent and signer.is_current(presigned):
+            return presigned
+    # (The members decide the headers, the variant's pinning with them: one key.)
+    request = prepared(plan, operation, before_host, after_host, variant_pinned, b"")
+    request.caller_agent = user_agent
+    presigned = request.presigned()
+    heads = plan.relay_heads
+    if len(heads) >= _MAX_RELAY_HEADS:
+        heads.clear()  # members that change every call (an inference id) pile up otherwise
+    heads[members] = (user_agent, presigned)
+    return presigned
 
 
 def prepared(
@@ -324,17 +357,19 @@ class RelayedCall:
     """
 
     __slots__ = (
+        "_request",
         "answer",
         "call_started",
         "counts",
         "invoker",
         "plan",
-        "request",
         "route",
+        "sent",
         "slot",
         "spec",
         "started",
         "state",
+        "user_agent",
     )
 
     def __init__(
@@ -344,7 +379,7 @@ class RelayedCall:
         state: TargetState,
         plan: TargetPlan,
         started: float,
-        request: PreparedRequest,
+        sent: tuple[bytes, str],
         answer: asyncio.Future[RawResponse],
         slot: Slot,
         spec: tuple[
@@ -362,7 +397,11 @@ class RelayedCall:
         self.state = state
         self.plan = plan
         self.started = started
-        self.request = request
+        # The head sent and its payload hash: the request is built again from them
+        # (and the spec) only if the first attempt fails.
+        self.sent = sent
+        self._request: PreparedRequest | None = None
+        self.user_agent: str | None = None
         self.answer = answer
         self.slot = slot
         # The CallSpec's fields (operation, model, headers, pinned, body, deadline), built
@@ -377,6 +416,19 @@ class RelayedCall:
     @property
     def model(self) -> str | None:
         return self.spec[1]
+
+    @property
+    def request(self) -> PreparedRequest:
+        """The request the first attempt sent, as the rest of the call resends or reads it."""
+        request = self._request
+        if request is None:
+            operation, _, before_host, after_host, pinned, body, _ = self.spec
+            request = prepared(self.plan, operation, before_host, after_host, pinned, body)
+            request.caller_agent = self.user_agent
+            head, payload_hash = self.sent
+            request.sent_as(head, payload_hash)
+            self._request = request
+        return request
 
     def result(self) -> InvokeResult | None:
         """The answer, once ``answer`` is done, if the first attempt succeeded; else None."""
@@ -594,6 +646,7 @@ class Invoker:
         route: Route,
         operation: Operation,
         model: str | None,
+        members: tuple[object, ...],
         before_host: tuple[tuple[str, str], ...],
         after_host: list[tuple[str, str]],
         variant_pinned: bool,
@@ -625,22 +678,27 @@ class Invoker:
         plan = self._plans.get(state)
         if plan is None:
             return None  # planned (and a bad name refused) on invoke's path first
+        try:
+            presigned = _relay_head(
+                plan, operation, members, before_host, after_host, variant_pinned, user_agent
+            )
+        except Exception:
+            return None  # signing failed: invoke's path records and answers it
         connection = transport.idle_connection(plan.origin, now)
         if connection is None:
             return None
         started = route.start(state)
-        request = prepared(plan, operation, before_host, after_host, variant_pinned, body)
-        if user_agent is not None:
-            request.caller_agent = user_agent
-        try:
-            answer, slot = transport.send_on(connection, request, deadline, now, then)
-        except Exception as error:  # signing failed: recorded as the attempt's failure
-            answer = asyncio.get_running_loop().create_future()
-            answer.set_exception(error)
-            answer.get_loop().call_soon(then, answer)
-            slot = {}
+        payload_hash = payload_sha256(body)
+        head = presigned.head(payload_hash, len(body))
+        answer, slot = transport.send_bytes_on(
+            connection, plan.origin, head + body, deadline, now, then
+        )
         spec = (operation, model, before_host, after_host, variant_pinned, body, deadline)
-        return RelayedCall(self, route, state, plan, started, request, answer, slot, spec)
+        call = RelayedCall(
+            self, route, state, plan, started, (head, payload_hash), answer, slot, spec
+        )
+        call.user_agent = user_agent
+        return call
 
     def _stamp(self, call: CallSpec, result: InvokeResult) -> InvokeResult:
         result.attempts = call.attempts

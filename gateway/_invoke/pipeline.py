@@ -305,6 +305,7 @@ def relay(
         route,
         plan.operation,
         model,
+        members,
         before_host,
         after_host,
         pinned,

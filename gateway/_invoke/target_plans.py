@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from gateway import errors
 from gateway._aws.models import service_model
-from gateway._aws.sigv4 import SigV4Signer
+from gateway._aws.sigv4 import PresignedHead, SigV4Signer
 from gateway._config.options import GatewayConfig
 from gateway._http.message import Origin, user_agent
 from gateway._http.request import RequestSigner
@@ -44,6 +44,7 @@ class TargetPlan:
         "host",
         "origin",
         "paths",
+        "relay_heads",
         "routing_target",
         "signer",
         "variant",
@@ -66,6 +67,9 @@ class TargetPlan:
         self.routing_target: str | None = None
         # Operation name -> (path, its SigV4 canonical-request prefix), filled by path_of.
         self.paths: dict[str, tuple[str, str]] = {}
+        # A relayed call's members -> (its caller's user agent, its presigned head): see
+        # gateway._invoke.call's _relay_head.
+        self.relay_heads: dict[tuple[object, ...], tuple[str | None, PresignedHead]] = {}
 
     def path_of(self, operation: Operation) -> tuple[str, str]:
         """The request path of ``operation`` on this target, and its signing prefix."""

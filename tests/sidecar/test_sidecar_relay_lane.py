@@ -16,6 +16,7 @@ import httpx
 
 from gateway import Gateway
 from gateway._server.http import AbortConnection, Request, Response, Server, start_server
+from gateway._server.sigv4_verify import SigV4Rejected, SigV4Verifier
 from gateway.sidecar import Sidecar, SidecarConfig
 from gateway.sidecar._app import RelayLane
 from gateway.sidecar._errors import error_response
@@ -218,6 +219,45 @@ async def test_a_socket_that_dies_unanswered_is_resent_once_on_a_fresh_one() -> 
     assert answer.status_code == 200 and answer.content == b"again"
     assert upstream.seen == [b"warm", b"again", b"again"]
     assert stats.stale_retries == 1
+
+
+async def test_each_relayed_request_is_signed_for_its_own_body_members_and_agent() -> None:
+    """The lane keeps a target's presigned head per members and reuses it within the second:
+    every request still carries a signature the upstream verifies, over its own body, its
+    own members and its caller's agent, a resend of a socket that died included."""
+    verifier = SigV4Verifier({"AK": "SK"}, region="us-east-1")
+    refused: list[str] = []
+    agents: list[str] = []
+
+    def script(request: Request, n: int) -> Response:
+        agents.append(request.headers.get("user-agent", ""))
+        try:
+            verifier.verify(request)
+        except SigV4Rejected as error:
+            refused.append(f"{n}: {error}")
+            return Response(403, [("x-amzn-RequestId", "r")], b"refused")
+        if n == 6:
+            raise AbortConnection  # resent once, on a fresh socket, as it was signed
+        return _answer(request, n)
+
+    async def post(body: bytes, **headers: str) -> httpx.Response:
+        return await client.post(_INVOKE.format("ep"), content=body, headers=headers)
+
+    async with running(script) as (upstream, sidecar, client):
+        answers = await _calls(client, [b"a", b"bb", b"ccc"])  # the same members: one head
+        answers.append(await post(b"d", **{"Content-Type": "text/csv"}))
+        answers.append(await post(b"e", **{"Content-Type": "text/csv", "User-Agent": "other/1"}))
+        answers += await _calls(client, [b"f"])
+        lane = _lane(sidecar)
+        assert lane is not None and lane.taken == 5  # all but the first, which planned
+    assert refused == []
+    assert [(a.status_code, a.content) for a in answers] == [
+        (200, body) for body in (b"a", b"bb", b"ccc", b"d", b"e", b"f")
+    ]
+    assert answers[3].headers["content-type"] == "text/csv"
+    # The caller's agent first (the gateway's appended): its own, not the one kept before.
+    assert agents[4].startswith("other/1 ") and not agents[3].startswith("other/1")
+    assert upstream.seen == [b"a", b"bb", b"ccc", b"d", b"e", b"f", b"f"]
 
 
 async def test_pipelined_requests_behind_a_relayed_one_are_answered_in_order() -> None:
