@@ -25,6 +25,8 @@ from gateway._server.messages import BodyLimits, HeadCheck, Request, ServerLimit
 # Decoded once: the methods and the header names clients send on every request
 # (botocore's spelling and lower case), so the common case is one dict lookup.
 # Fixed at import: names from a client never grow it.
+# The end of an HTTP/1.1 request line, from the space after its target.
+_HTTP_1_1_LINE_END: Final = b" HTTP/1.1\r\n"
 _METHODS: Final = {
     m.encode(): m for m in ("GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS", "PATCH")
 }
@@ -172,6 +174,7 @@ class RequestReader:
     """
 
     __slots__ = (
+        "_at_start",
         "_backlog_scheduled",
         "_begun_in",
         "_body_limit",
@@ -188,8 +191,11 @@ class RequestReader:
         "_header_pairs",
         "_http_version",
         "_limits",
+        "_line_at_start",
         "_loop",
         "_parser",
+        "_piece",
+        "_raw_method",
         "_refusal",
         "_server",
         "_transport",
@@ -221,6 +227,11 @@ class RequestReader:
         # complete in that same piece keeps the begin's clock reading.
         self._feeds = 0
         self._begun_in = -1
+        # The piece being fed, and whether the current message's request line starts
+        # it: then its version is read from the bytes (see _version).
+        self._piece = b""
+        self._line_at_start = False
+        self._at_start = False
         self._http_version = "1.1"  # the current request's, checked with its head
         self._discarded = 0  # bytes dropped by a lingering close
         self.reading_paused = False
@@ -242,6 +253,7 @@ class RequestReader:
         self._body_limit = self._limits.max_body_size  # this request's (see body_limits)
         self._body_remaining = -1  # declared body bytes still to come; -1: not known
         self._expect_continue = False
+        self._raw_method = b""  # its method as llhttp names it, read with its head
 
     def connection_made(self, transport: asyncio.Transport, client: tuple[str, int] | None) -> None:
         self._transport = transport
@@ -309,6 +321,10 @@ class RequestReader:
         if parser is None:
             return False  # released: the connection is gone
         self._feeds += 1
+        # A message that starts here starts at the piece's first byte unless one is
+        # under way (its rest comes first).
+        self._line_at_start = self.phase <= _IDLE
+        self._piece = data
         try:
             parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -324,6 +340,8 @@ class RequestReader:
         except httptools.HttpParserError:
             self.fail(self._refusal or _MALFORMED)
             return False
+        finally:
+            self._piece = b""  # not kept past its feed
         return self.phase >= 0 and self._transport is not None
 
     def _head_too_large(self) -> _Reject:
@@ -345,6 +363,8 @@ class RequestReader:
         self.phase = _HEADERS
         self.phase_since = self._loop.time()
         self._begun_in = self._feeds
+        self._at_start = self._line_at_start
+        self._line_at_start = False  # a second message in this piece starts further on
 
     def on_url(self, url: bytes) -> None:
         # Bounded: data_received never feeds a head past max_header_size.
@@ -402,7 +422,8 @@ class RequestReader:
             raise self._stop(self._too_large())
         parser = self._parser
         assert parser is not None  # a callback: only called while it is fed
-        version = parser.get_http_version()
+        self._raw_method = parser.get_method()
+        version = self._version(parser)
         if version != "1.1" and version != "1.0":
             # llhttp takes a request line without a version as HTTP/0.9, and
             # any 2.x as 2.x; this server speaks neither.
@@ -422,6 +443,17 @@ class RequestReader:
         expect_continue = self._expect_continue and not self._connection.busy
         if expect_continue and self._transport is not None:
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def _version(self, parser: httptools.HttpRequestParser) -> str:
+        """The request's HTTP version: read off its request line where that is whole in
+        the piece being fed and starts it (nearly always), else asked of the parser
+        (a string built per call, several times the cost)."""
+        if self._at_start and self._begun_in == self._feeds and len(self._url_parts) == 1:
+            # "METHOD SP target SP HTTP/1.1 CRLF", as llhttp has just parsed it.
+            end_of_target = len(self._raw_method) + 1 + len(self._url_parts[0])
+            if self._piece.startswith(_HTTP_1_1_LINE_END, end_of_target):
+                return "1.1"
+        return str(parser.get_http_version())
 
     def on_body(self, body: bytes) -> None:
         if self._body_remaining > 0:
@@ -479,7 +511,7 @@ class RequestReader:
         headers = dict(pairs)
         if len(headers) != len(pairs):
             headers = _merge_repeated(pairs)
-        raw_method = parser.get_method()
+        raw_method = self._raw_method or parser.get_method()
         method = _METHODS.get(raw_method) or raw_method.decode("ascii")
         return Request(
             method,

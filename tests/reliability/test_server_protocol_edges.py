@@ -292,6 +292,44 @@ async def test_http_1_0_is_still_answered(server: Server) -> None:
     assert raw.startswith(b"HTTP/1.1 200 OK\r\n")
 
 
+async def test_each_pipelined_request_has_its_own_version(server: Server) -> None:
+    # The first starts the bytes read; the second, further on, is still read for itself.
+    raw = await _exchange(
+        server, b"GET /a HTTP/1.1\r\nhost: x\r\n\r\nGET /b HTTP/2.0\r\nhost: x\r\n\r\n"
+    )
+    first, _, second = raw.partition(b"HTTP/1.1 505 ")
+    assert first.startswith(b"HTTP/1.1 200 OK\r\n") and second.startswith(
+        b"HTTP Version Not Supported"
+    )
+
+
+@pytest.mark.parametrize(
+    ("pieces", "answer"),
+    [
+        ((b"GET / HTTP/2", b".0\r\nhost: x\r\n\r\n"), b"HTTP/1.1 505 "),
+        ((b"GET / HTTP/1.0\r", b"\nhost: x\r\n\r\n"), b"HTTP/1.1 200 OK\r\n"),
+        ((b"GET /", b"long/target HTTP/1.0\r\nhost: x\r\n\r\n"), b"HTTP/1.1 200 OK\r\n"),
+        ((b"\r\nGET / HTTP/2.0\r\nhost: x\r\n\r\n",), b"HTTP/1.1 505 "),
+    ],
+    ids=["line-split-in-its-version", "line-split-before-its-lf", "target-split", "leading-crlf"],
+)
+async def test_a_request_lines_version_is_read_however_its_bytes_arrive(
+    server: Server, pieces: tuple[bytes, ...], answer: bytes
+) -> None:
+    """HTTP/1.0 closes after its answer and 2.0 is refused, whichever read holds the line."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        for piece in pieces:
+            writer.write(piece)
+            await writer.drain()
+            await asyncio.sleep(0.05)  # a read of its own
+        raw = await asyncio.wait_for(reader.read(), 5)  # answered, then closed
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    assert raw.startswith(answer)
+
+
 # -- a head check refuses before the body is read --------------------------------
 
 
