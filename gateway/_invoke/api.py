@@ -747,39 +747,7 @@ class InvokeResult:
         id, which a relay must then make up (SageMaker always sends one).
         """
         raw = self._raw
-        if raw is None:
-            return None
-        lines = raw.split(b"\r\n")
-        # Each CRLF holds one CR and one LF: with any other CR, LF or NUL in the
-        # head, fewer bytes than its length less two per CRLF remain. (One scan
-        # of the whole head, in C, rather than three tests of each line.)
-        if len(raw.translate(None, _UNSAFE_BYTES)) != len(raw) - 2 * (len(lines) - 1):
-            return None
-        kept: list[bytes] = []
-        seen = 0
-        spellings = _SPELLINGS
-        for index in range(1, len(lines)):  # after the status line
-            line = lines[index]
-            colon = _colon_in(line)
-            received = line[:colon]
-            bit = spellings.get(received, -1)
-            if bit < 0:
-                bit = _FIELD_BITS.get(received.lower(), 0)
-                if bit == 0 and (not line or line[0] == 32 or line[0] == 9):
-                    # An empty line cannot be in a head; one starting with a space
-                    # or a tab continues the last (a folded field).
-                    return None
-            if bit:
-                if seen & bit:
-                    return None  # sent twice: reading keeps the last
-                if bit == _REQUEST_ID_BIT and not line[colon + 1 :].strip():
-                    return None
-                seen |= bit
-                kept.append(line)
-        if not seen & _REQUEST_ID_BIT:
-            return None
-        kept.append(b"")
-        return b"\r\n".join(kept)
+        return None if raw is None else field_lines(raw)
 
     def _public(self) -> tuple[object, ...]:
         fields = tuple(self._field(name) for name in _FIELD_NAMES)
@@ -802,6 +770,41 @@ class InvokeResult:
             )
         )
         return f"InvokeResult({parts})"
+
+
+def field_lines(raw: bytes) -> bytes | None:
+    """:meth:`InvokeResult.field_lines` of a received head (``RawResponse.raw``)."""
+    lines = raw.split(b"\r\n")
+    # Each CRLF holds one CR and one LF: with any other CR, LF or NUL in the
+    # head, fewer bytes than its length less two per CRLF remain. (One scan
+    # of the whole head, in C, rather than three tests of each line.)
+    if len(raw.translate(None, _UNSAFE_BYTES)) != len(raw) - 2 * (len(lines) - 1):
+        return None
+    kept: list[bytes] = []
+    seen = 0
+    spellings = _SPELLINGS
+    for index in range(1, len(lines)):  # after the status line
+        line = lines[index]
+        colon = _colon_in(line)
+        received = line[:colon]
+        bit = spellings.get(received, -1)
+        if bit < 0:
+            bit = _FIELD_BITS.get(received.lower(), 0)
+            if bit == 0 and (not line or line[0] == 32 or line[0] == 9):
+                # An empty line cannot be in a head; one starting with a space
+                # or a tab continues the last (a folded field).
+                return None
+        if bit:
+            if seen & bit:
+                return None  # sent twice: reading keeps the last
+            if bit == _REQUEST_ID_BIT and not line[colon + 1 :].strip():
+                return None
+            seen |= bit
+            kept.append(line)
+    if not seen & _REQUEST_ID_BIT:
+        return None
+    kept.append(b"")
+    return b"\r\n".join(kept)
 
 
 def _request_id_of(raw: bytes) -> str | None:

@@ -432,6 +432,11 @@ class RelayedCall:
 
     def result(self) -> InvokeResult | None:
         """The answer, once ``answer`` is done, if the first attempt succeeded; else None."""
+        response = self.answered()
+        return None if response is None else result_from_response(response, self.plan.endpoint)
+
+    def answered(self) -> RawResponse | None:
+        """:meth:`result` as received (a relay copies it): its status 200, else None."""
         answer = self.answer
         self.slot.pop(answer, None)
         if answer.cancelled() or answer.exception() is not None:
@@ -449,7 +454,7 @@ class RelayedCall:
             route.finish(state, self.started, _SUCCESS)
             now = time.monotonic()
             counts(route.name, state.key, now - self.started, now - self.call_started)
-        return result_from_response(response, plan.endpoint)
+        return response
 
     async def rest(self) -> InvokeResult:
         """The rest of the call, once :meth:`result` said None."""

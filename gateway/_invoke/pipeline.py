@@ -41,6 +41,7 @@ from gateway._invoke.api import (
     operation_table,
     payload_bytes,
     redacted,
+    result_from_response,
     safe_request_id,
     secrets_in,
     secrets_named,
@@ -326,25 +327,26 @@ def relay(
 
 def relay_answered(
     ctx: CallContext, plan: OperationPlan, call: RelayedCall, members: tuple[object, ...]
-) -> InvokeResult | None:
-    """A :func:`relay` call's answer once its attempt is done; None: see :func:`relay_rest`."""
-    result = call.result()
+) -> RawResponse | None:
+    """A :func:`relay` call's answer as received, once its attempt is done (a 200); None:
+    see :func:`relay_rest`. An :class:`InvokeResult` is built only for the hooks' events."""
+    response = call.answered()
     emit = ctx.emit
-    if result is not None and emit is not None and call.call_started and call.counts is None:
+    if response is not None and emit is not None and call.call_started and call.counts is None:
         route = call.route.name
         emit_call_finished(
             emit,
             route,
             call.model,
             call.call_started,
-            result,
+            result_from_response(response, call.plan.endpoint),
             False,
             False,
             members,
             plan.sensitive,
             plan.name,
         )
-    return result
+    return response
 
 
 async def relay_rest(

@@ -26,7 +26,7 @@ class Hook(Protocol):
     A hook with a true ``never_raises`` attribute is called directly; any
     other is wrapped so that an exception it raises is logged and dropped.
     A hook whose ``reads_request_id`` attribute is False never reads
-    ``CallFinished.request_id``: while it is the only hook, that is None
+    ``CallFinished.request_id``: while no hook reads it, that is None
     (finding the id in an answer costs CPU on every call).
     """
 
@@ -82,6 +82,8 @@ class Instrumentation:
                 for hook in guarded:
                     hook(event)
 
+            if all(getattr(hook, "reads_request_id", True) is False for hook in hooks):
+                fan_out.reads_request_id = False  # type: ignore[attr-defined]  # as _guard's
             self.emit = fan_out
         for listener in self._listeners:
             listener(self.emit)

@@ -42,6 +42,8 @@ from gateway._invoke.api import (
     AsyncInvocation,
     InvokeResult,
     Operation,
+    field_lines,
+    result_from_response,
     safe_request_id,
     secrets_in_headers,
 )
@@ -597,8 +599,8 @@ class RelayLane(Relay):
         app = self._app
         response: Response | None
         try:
-            result = pipeline.relay_answered(self._context, self._plan, call, relayed.members)
-            response = None if result is None else _result_response(result)
+            answer = pipeline.relay_answered(self._context, self._plan, call, relayed.members)
+            response = None if answer is None else _relayed_response(answer, call)
         except Exception as error:
             # A bug: the request is answered all the same (InternalFailure, logged).
             response = _failure_answer(error, self._action, relayed.name)
@@ -698,6 +700,16 @@ def _result_response(result: InvokeResult) -> Response:
     cache = result.cache
     headers = () if cache is None else (("x-gateway-cache", cache),)
     return Response(200, headers, result.body, lines)
+
+
+def _relayed_response(answer: RawResponse, call: RelayedCall) -> Response:
+    """A relayed call's answer: the upstream's field lines copied, with no result built
+    (:func:`_result_response`'s where they cannot be)."""
+    raw = answer.raw
+    lines = None if raw is None else field_lines(raw)
+    if lines is None:
+        return _result_response(result_from_response(answer, call.plan.endpoint))
+    return Response(200, (), answer.body, lines)
 
 
 def _result_headers(result: InvokeResult) -> list[tuple[str, str]]:

@@ -9,12 +9,14 @@ server on a loopback port whose answers each test scripts.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 
 import httpx
 
 from gateway import Gateway
+from gateway._observe.events import Event
+from gateway._observe.hooks import Hook
 from gateway._server.http import AbortConnection, Request, Response, Server, start_server
 from gateway._server.sigv4_verify import SigV4Rejected, SigV4Verifier
 from gateway.sidecar import Sidecar, SidecarConfig
@@ -62,12 +64,14 @@ class Upstream:
 
 @asynccontextmanager
 async def running(
-    script: Script = _answer, lane: bool = True
+    script: Script = _answer, lane: bool = True, hooks: Sequence[Hook] = ()
 ) -> AsyncIterator[tuple[Upstream, Sidecar, httpx.AsyncClient]]:
     upstream = Upstream(script)
     upstream.server = await start_server(upstream.handle, "127.0.0.1", 0)
     try:
-        gateway = Gateway(region="us-east-1", endpoint_url=upstream.url, credentials=("AK", "SK"))
+        gateway = Gateway(
+            region="us-east-1", endpoint_url=upstream.url, credentials=("AK", "SK"), hooks=hooks
+        )
         config = SidecarConfig.from_mapping({"relay_lane": lane})  # true: the default
         async with gateway, Sidecar(gateway, "127.0.0.1", 0, config=config) as sidecar:
             server = sidecar._server
@@ -140,6 +144,39 @@ async def test_the_lane_counts_what_the_handler_counts() -> None:
             scraped.append(counters((await client.get("/metrics")).text))
     relayed, handled = scraped
     assert any("calls_total" in line and line.endswith(" 5.0") for line in relayed), relayed
+    assert relayed == handled
+
+
+class _Recorder:
+    """A hook of the caller's own that reads no request id (the lane's calls stay on it)."""
+
+    reads_request_id = False
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def __call__(self, event: Event) -> None:
+        self.events.append(event)
+
+
+async def test_a_hook_of_the_callers_own_sees_the_events_the_handler_sends() -> None:
+    def seen(events: list[Event]) -> list[tuple[object, ...]]:
+        # The kinds and what each says, less its durations (the clock's).
+        return [
+            (type(event).__name__, *(v for v in event if not isinstance(v, float)))
+            for event in events
+        ]
+
+    recorded = []
+    for lane in (True, False):
+        recorder = _Recorder()
+        async with running(lane=lane, hooks=[recorder]) as (_, sidecar, client):
+            await _calls(client, [b"x"] * 4)
+            relay = _lane(sidecar)
+            assert (relay.taken if relay is not None else 0) == (3 if lane else 0)
+        recorded.append(seen(recorder.events))
+    relayed, handled = recorded
+    assert [kind for kind, *_ in relayed].count("CallFinished") == 4
     assert relayed == handled
 
 

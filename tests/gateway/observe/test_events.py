@@ -107,6 +107,11 @@ async def test_call_finished_carries_the_request_id_for_any_hook_that_may_read_i
         await gw.invoke("a", b"x", timeout=2)
     # Alone, a hook that never reads it spares the call finding it.
     assert [event.request_id for event in blind.of(CallFinished)] == [None]
+    beside = IdBlindRecorder()
+    async with _gateway(emulator, hooks=[beside]) as gw:
+        gw.enable_metrics()  # the metrics hook reads none either: still spared
+        await gw.invoke("a", b"x", timeout=2)
+    assert [event.request_id for event in beside.of(CallFinished)] == [None]
 
 
 async def test_without_a_hook_nothing_is_emitted_and_metrics_start_when_asked(
