@@ -36,13 +36,14 @@ Ir                   file:function
 --------------------------------------------------------------------------------
 1,000,000 (100.0%)  p.c:CPyDef_parsing___RequestReader___data_received [/x/hot.so]
   700,000 (70.00%)  /build/__native__app.c:CPyDef__app___RelayLane___take [/x/hot.so]
-  300,000 (30.00%)  r.c:CPyDef_request___PreparedRequest___encoded_head [/x/hot.so]
+  250,000 (25.00%)  s.c:CPyDef_sigv4___PresignedHead___head [/x/hot.so]
+   50,000 ( 5.00%)  s.c:CPyDef_sigv4___payload_sha256 [/x/hot.so]
    50,000 ( 5.00%)  /build/__native__app.c:CPyDef__app___SidecarApp____members [/x/hot.so]
    20,000 ( 2.00%)  /build/__native__route.c:CPyDef__route___Route___pick [/x/hot.so]
    10,000 ( 1.00%)  /build/__native_deadlines.c:CPyDef_deadlines___DeadlineWheel___arm [/x/hot.so]
   400,000 (40.00%)  c.c:CPyDef_connection___Connection___data_received [/x/hot.so]
   350,000 (35.00%)  /build/__native__app.c:CPyDef__app____Relayed___done [/x/hot.so]
-  150,000 (15.00%)  /build/__native__app.c:CPyDef__app____result_response [/x/hot.so]
+  150,000 (15.00%)  /build/__native__app.c:CPyDef__app____relayed_response [/x/hot.so]
    40,000 ( 4.00%)  /build/__native__metrics.c:CPyDef__metrics___SidecarMetrics___record [/x/hot.so]
 """
 
