@@ -57,21 +57,33 @@ def _status_line(status: int) -> str:
     return line
 
 
-class _DateHeader:
-    """The ``Date`` header line, formatted once per second."""
+# The status lines of answers written from bytes (see _copied_answer), by status.
+_STATUS_LINE_BYTES: Final[dict[int, bytes]] = {}
 
-    __slots__ = ("_line", "_second")
+
+class _DateHeader:
+    """The ``Date`` header line, formatted once per second (as text and as bytes)."""
+
+    __slots__ = ("_line", "_line_bytes", "_second")
 
     def __init__(self) -> None:
         self._second = -1
         self._line = ""
+        self._line_bytes = b""
 
     def line(self) -> str:
         second = int(time.time())
         if second != self._second:
             self._second = second
             self._line = f"date: {formatdate(second, usegmt=True)}\r\n"
+            self._line_bytes = self._line.encode("latin-1")
         return self._line
+
+    def line_bytes(self) -> bytes:
+        second = int(time.time())
+        if second != self._second:
+            self.line()
+        return self._line_bytes
 
 
 _date: Final = _DateHeader()
@@ -110,6 +122,16 @@ def _encode_head(
     return text.encode("latin-1")
 
 
+def _copied_answer(status: int, head_lines: bytes, server_line: bytes, body: bytes) -> bytes:
+    """A kept-alive answer whose only fields are copied lines (a relay's), and its body:
+    one join of bytes, no text formatted or encoded."""
+    status_line = _STATUS_LINE_BYTES.get(status)
+    if status_line is None:
+        status_line = _STATUS_LINE_BYTES[status] = _status_line(status).encode("latin-1")
+    length = b"content-length: %d\r\n\r\n" % len(body)
+    return b"".join((status_line, head_lines, _date.line_bytes(), server_line, length, body))
+
+
 def simple_response(status: int, message: str, close: bool) -> bytes:
     """A plain-text answer of the server's own (a refusal, an internal error)."""
     body = message.encode()
@@ -126,11 +148,20 @@ class ResponseWriter:
     calls).
     """
 
-    __slots__ = ("_drain_waiter", "_loop", "_server_line", "_transport", "paused", "paused_since")
+    __slots__ = (
+        "_drain_waiter",
+        "_loop",
+        "_server_bytes",
+        "_server_line",
+        "_transport",
+        "paused",
+        "paused_since",
+    )
 
     def __init__(self, loop: asyncio.AbstractEventLoop, server_line: str) -> None:
         self._loop = loop
         self._server_line = server_line
+        self._server_bytes = server_line.encode("latin-1")
         self._transport: asyncio.Transport | None = None
         # Set while the peer reads none of its answers (the transport's buffer is full).
         self.paused = False
@@ -174,6 +205,17 @@ class ResponseWriter:
     def encode(self, request: Request, response: Response, keep_alive: bool) -> bytes:
         body = response.body
         status = response.status
+        head_lines = response.head_lines
+        if (
+            head_lines
+            and keep_alive
+            and not response.headers
+            and 200 <= status < 300
+            and status != 204
+            and request.method != "HEAD"
+        ):
+            # A relay's answer, kept alive with a body: the common case, written from bytes.
+            return _copied_answer(status, head_lines, self._server_bytes, body)
         # 1xx and 204 never carry Content-Length (RFC 9110 8.6); nor does our
         # 304, which has no representation to describe.
         bodiless = status in (204, 304) or status < 200

@@ -6,6 +6,7 @@ import asyncio
 import errno
 import gc
 import logging
+import re
 import tracemalloc
 from collections.abc import AsyncIterator
 
@@ -46,6 +47,8 @@ async def _handler(request: Request) -> Response | StreamingResponse:
         return StreamingResponse(_parts(), headers=[("x-echo", value)])
     if request.path == "/big":
         return Response(200, [], b"b" * 4_000_000)
+    if request.path == "/copied":  # a relay's answer: its field lines copied as received
+        return Response(200, [], b"copied", b"x-copied: 1\r\nX-Other: two\r\n")
     return Response(200, [], request.body)
 
 
@@ -328,6 +331,19 @@ async def test_a_request_lines_version_is_read_however_its_bytes_arrive(
         writer.close()
         await writer.wait_closed()
     assert raw.startswith(answer)
+
+
+async def test_an_answer_of_copied_lines_is_written_as_any_other(server: Server) -> None:
+    # Kept alive, it is joined from bytes; closing, it goes the general way: the same head.
+    kept = b"GET /copied HTTP/1.1\r\nhost: x\r\n\r\n"
+    last = b"GET /copied HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    raw = await _exchange(server, kept + last)
+    *heads, rest = raw.split(b"\r\n\r\ncopied")
+    assert len(heads) == 2 and rest == b""  # two answers, each its body, then the close
+    assert heads[0].startswith(b"HTTP/1.1 200 OK\r\nx-copied: 1\r\nX-Other: two\r\ndate: ")
+    assert heads[0].endswith(b"\r\ncontent-length: 6")
+    without_date = [re.sub(rb"date: [^\r]*\r\n", b"", head) for head in heads]
+    assert without_date[1] == without_date[0] + b"\r\nconnection: close"
 
 
 # -- a head check refuses before the body is read --------------------------------
