@@ -260,6 +260,7 @@ def relay(
     timeout: float | None,
     user_agent: str | None,
     then: Callable[[asyncio.Future[RawResponse]], None],
+    now: float,
 ) -> RelayedCall | None:
     """:func:`invoke`'s call with its first attempt sent without suspending: for a relay
     that answers from its protocol callbacks (the sidecar's relay lane).
@@ -267,7 +268,8 @@ def relay(
     None, with nothing started, where the call needs :func:`invoke`'s whole path:
     a cache, a hedge, an inference router, credentials to wait for, a hook that
     reads request ids, a body over the limit, a route, member or agent refused,
-    no warm socket. ``timeout`` is checked by the caller. ``then(answer)`` is
+    no warm socket. ``timeout`` is checked by the caller; ``now`` is when the call
+    began, a ``time.monotonic`` reading (its deadline counts from it). ``then(answer)`` is
     called once the attempt's ``answer`` is done (never from inside this call):
     there, :func:`relay_answered`, then :func:`relay_rest` if it said None.
     """
@@ -301,7 +303,6 @@ def relay(
     model = None if found is None else str(found)
     place = plan.variant
     pinned = place < 0 or members[place] is not None
-    now = time.monotonic()  # the call's start: its deadline, its first attempt, its duration
     call = lane.invoker.relay(
         route,
         plan.operation,

@@ -281,7 +281,7 @@ class SidecarApp:
     async def _invocation(
         self, request: Request, action: Action, name: str
     ) -> Response | StreamingResponse:
-        started = time.perf_counter()
+        started = time.monotonic()  # finished's clock (the gateway's, for the relay lane)
         refused = self._admit(request, action.runtime_errors)
         if refused is not None:
             return refused
@@ -339,7 +339,7 @@ class SidecarApp:
                 action.label,
                 self.metrics.route_label(name),
                 response.status,
-                time.perf_counter() - started,
+                time.monotonic() - started,
                 len(request.body),
                 len(response.body) if isinstance(response, Response) else 0,
             )
@@ -551,7 +551,8 @@ class RelayLane(Relay):
         self.taken = 0  # requests taken (each answered by the lane or its task)
 
     def take(self, request: Request, answered: Answered) -> bool:
-        started = time.perf_counter()
+        # One clock reading: the sidecar's latency and the call's start (its deadline).
+        started = time.monotonic()
         app = self._app
         path = request.path
         if (
@@ -579,7 +580,15 @@ class RelayLane(Relay):
             return False
         relayed = _Relayed(self, request, answered, members, name, started)
         call = pipeline.relay(
-            self._context, self._plan, name, request.body, members, timeout, agent, relayed.done
+            self._context,
+            self._plan,
+            name,
+            request.body,
+            members,
+            timeout,
+            agent,
+            relayed.done,
+            started,
         )
         if call is None:
             return False
