@@ -6,6 +6,7 @@
     python -m bench.sidecar_vs_nginx --json           # one JSON object at the end
     python -m bench.sidecar_vs_nginx --baseline /tmp/base   # and the sidecar of another checkout
     python -m bench.sidecar_vs_nginx --floors         # and bare Python relays (the floor)
+    python -m bench.sidecar_vs_nginx --perf           # and each proxy's CPU by library (perf)
 
 The question an operator asks: what does the sidecar cost next to the proxy I
 would otherwise run? Both proxies sit in front of one ``bench._stub`` (its
@@ -43,6 +44,10 @@ the sidecar costs over ``floor-sig`` is its own per-request machinery, not
 the language. Without nginx the sidecar is measured
 alone, and the output says how to install nginx. Needs ``wrk`` (``apt-get
 install -y wrk``); ``strace`` is optional (``apt-get install -y strace``).
+``--perf`` adds where each proxy's CPU goes natively: ``perf record -e
+cpu-clock`` over one more wrk run each, its samples by shared object (the
+kernel, the interpreter, the compiled code, libcrypto...), which the user/sys
+split only halves (``apt-get install -y linux-perf``; optional too).
 """
 
 from __future__ import annotations
@@ -78,6 +83,7 @@ from gateway.sidecar import SidecarProcess
 INSTALL_NGINX = "apt-get install -y nginx"
 INSTALL_WRK = "apt-get install -y wrk"
 INSTALL_STRACE = "apt-get install -y strace"
+INSTALL_PERF = "apt-get install -y linux-perf"
 
 _NGINX_CONF = """\
 worker_processes 1;
@@ -407,6 +413,76 @@ def count_syscalls(proxy: Proxy, requests: int, connections: int) -> dict[str, i
         return parse_strace_summary(out.read_text())
 
 
+# -- perf ---------------------------------------------------------------------------------
+
+_PERF_SHARE = re.compile(r"\s*([\d.]+)%\s+(\S.*?)\s*$")
+
+
+def parse_perf_shares(text: str) -> dict[str, float]:
+    """``perf report --sort dso --stdio``: each shared object's share of the samples (%)."""
+    shares: dict[str, float] = {}
+    for line in text.splitlines():
+        found = None if line.lstrip().startswith("#") else _PERF_SHARE.match(line)
+        if found is not None:
+            name = found.group(2)
+            shares["kernel" if name == "[kernel.kallsyms]" else name] = float(found.group(1))
+    return shares
+
+
+def profile_by_library(proxy: Proxy, script: str, args: argparse.Namespace) -> dict[str, float]:
+    """Where ``proxy``'s CPU goes natively over one wrk run: perf's samples by shared object.
+
+    ``perf record -e cpu-clock`` (a software clock: a virtual machine without
+    hardware counters has it too) attached to the proxy and its children.
+    """
+    with tempfile.TemporaryDirectory(prefix="perf-") as directory:
+        data = Path(directory, "perf.data")
+        pids = ",".join(str(pid) for pid in _tree_pids(proxy.pid))
+        command = ["perf", "record", "-e", "cpu-clock", "-F", "4999", "-o", str(data), "-p", pids]
+        recorder = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            time.sleep(0.5)  # attached before the load starts
+            run_wrk(proxy.url, script, args.threads, args.connections, args.duration)
+        finally:
+            recorder.send_signal(signal.SIGINT)
+            _, errors = recorder.communicate(timeout=60)
+        if not data.exists():
+            raise RuntimeError(errors.decode(errors="replace").strip() or "perf recorded nothing")
+        report = subprocess.run(
+            ["perf", "report", "-i", str(data), "--sort", "dso", "--stdio"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return parse_perf_shares(report.stdout)
+
+
+def _perf_section(
+    proxies: list[NginxProcess | SidecarUnderTest | FloorRelay],
+    script: str,
+    args: argparse.Namespace,
+) -> dict[str, dict[str, float]]:
+    if not args.perf:
+        return {}
+    if shutil.which("perf") is None:
+        print(f"CPU by library: skipped, perf is not installed ({INSTALL_PERF})")
+        return {}
+    print(f"CPU by library (perf record -e cpu-clock, one {args.duration} s wrk run each):")
+    profiles = {}
+    for proxy in proxies:
+        try:
+            shares = profile_by_library(proxy, script, args)
+        except (RuntimeError, subprocess.SubprocessError) as error:
+            print(f"{'':>5} {proxy.name:<9} skipped: {str(error).splitlines()[0][:200]}")
+            continue
+        profiles[proxy.name] = shares
+        top = sorted(shares.items(), key=lambda item: -item[1])[:7]
+        print(
+            f"{'':>5} {proxy.name:<9} " + ", ".join(f"{name} {share:.1f}%" for name, share in top)
+        )
+    return profiles
+
+
 # -- the report ----------------------------------------------------------------------------
 
 
@@ -508,6 +584,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--floors", action="store_true", help="also bare Python relays, without and with signing"
     )
+    parser.add_argument(
+        "--perf", action="store_true", help="also each proxy's CPU by library (perf record)"
+    )
     parser.add_argument("--quick", action="store_true", help="tiny and short, for CI")
     parser.add_argument("--json", action="store_true", help="print one JSON object at the end")
     args = parser.parse_args(argv)
@@ -590,6 +669,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"p50 {_format_ratio(ratios['p50'])}, p99 {_format_ratio(ratios['p99'])}"
                     )
             report["syscalls_per_request"] = _syscalls_section(proxies, args)
+            report["cpu_by_library"] = _perf_section(proxies, script, args)
         finally:
             for proxy in proxies:
                 proxy.stop()

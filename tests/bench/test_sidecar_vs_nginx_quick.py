@@ -16,7 +16,12 @@ import sys
 
 import pytest
 
-from bench.sidecar_vs_nginx import nginx_binary, parse_strace_summary, parse_wrk
+from bench.sidecar_vs_nginx import (
+    nginx_binary,
+    parse_perf_shares,
+    parse_strace_summary,
+    parse_wrk,
+)
 
 _WRK_REPORT = """\
 Running 8s test @ http://127.0.0.1:40981/endpoints/bench-model/invocations
@@ -44,6 +49,34 @@ _STRACE_SUMMARY = """\
 ------ ----------- ----------- --------- --------- ----------------
 100.00    0.007500           0      8007       120 total
 """
+
+
+_PERF_REPORT = """\
+# To display the perf.data header info, please use --header/--header-only options.
+#
+# Samples: 29K of event 'cpu-clock'
+# Overhead  Shared Object
+# ........  ......................
+#
+    55.38%  [kernel.kallsyms]
+    22.14%  libpython3.11.so.1.0
+     8.22%  _hot_path__mypyc.cpython-311-x86_64-linux-gnu.so
+     0.04%  libm.so.6
+
+
+#
+# (Tip: To see callchains in a more compact form: perf report -g folded)
+#
+"""
+
+
+def test_perf_report_is_read_by_shared_object_without_its_comments() -> None:
+    assert parse_perf_shares(_PERF_REPORT) == {
+        "kernel": 55.38,
+        "libpython3.11.so.1.0": 22.14,
+        "_hot_path__mypyc.cpython-311-x86_64-linux-gnu.so": 8.22,
+        "libm.so.6": 0.04,
+    }
 
 
 def test_wrk_report_is_read_with_its_units_and_errors() -> None:
@@ -125,6 +158,24 @@ def test_without_nginx_the_sidecar_is_measured_alone() -> None:
     rows = [line.split() for line in result.stdout.splitlines() if re.match(r"^\s+1 ", line)]
     assert [row[1] for row in rows] == ["sidecar"]
     assert "sidecar/nginx" not in result.stdout
+
+
+def test_perf_adds_the_cpu_by_library_or_says_why_not() -> None:
+    _require(shutil.which("wrk"), "wrk")
+    result = _sidecar_alone("--perf", "--json")
+    report = json.loads(result.stdout.splitlines()[-1])
+    if shutil.which("perf") is None:
+        assert "CPU by library: skipped, perf is not installed" in result.stdout
+        assert report["cpu_by_library"] == {}
+        return
+    assert "CPU by library (perf record -e cpu-clock" in result.stdout
+    shares = report["cpu_by_library"].get("sidecar")
+    if shares is None:  # perf present but not allowed to record here: said, not hidden
+        assert re.search(r"^\s+sidecar\s+skipped: ", result.stdout, re.M), result.stdout
+        return
+    # The sidecar's time is the kernel's and the interpreter's, in shares of one whole.
+    assert shares["kernel"] > 0 and any(name.startswith("libpython") for name in shares)
+    assert 95 <= sum(shares.values()) <= 100.5
 
 
 def test_floors_add_the_bare_relays_beside_the_sidecar() -> None:
