@@ -73,6 +73,7 @@ __all__ = [
     "relay",
     "relay_answered",
     "relay_rest",
+    "relay_route",
     "stream",
 ]
 
@@ -251,10 +252,33 @@ async def invoke_later(
 # -- a body, from a protocol callback ---------------------------------------------
 
 
+def relay_route(ctx: CallContext, plan: OperationPlan, name: str, size: int) -> Route | None:
+    """The route a relayed call of ``name`` with a ``size``-byte body takes, or None where
+    the call needs :func:`invoke`'s whole path: a cache, a hedge, an inference router,
+    credentials to wait for, a hook that reads request ids, a body over the limit, a
+    route not made yet. Asked first, before the relay reads the request any further
+    (its signature checked, its members read): a call refused here pays for neither
+    twice, and a request not yet authenticated makes nothing.
+    """
+    lane = plan.lane
+    if not ctx.started or ctx.cached is not None or not lane.started or size > plan.limit:
+        return None
+    if ctx.relay_reads_ids:  # (False while no hook listens)
+        return None
+    # Found, not made: the caller is not authenticated yet (the handler's path makes it).
+    route = lane.router.find(name)
+    if route is None or route.hedging or route.routers:
+        return None
+    credentials = ctx.credentials
+    if credentials is not None and credentials.must_wait():
+        return None
+    return route
+
+
 def relay(
     ctx: CallContext,
     plan: OperationPlan,
-    name: str,
+    route: Route,
     body: bytes,
     members: tuple[object, ...],
     timeout: float | None,
@@ -262,32 +286,19 @@ def relay(
     then: Callable[[asyncio.Future[RawResponse]], None],
     now: float,
 ) -> RelayedCall | None:
-    """:func:`invoke`'s call with its first attempt sent without suspending: for a relay
-    that answers from its protocol callbacks (the sidecar's relay lane).
+    """:func:`invoke`'s call on ``route`` (from :func:`relay_route`) with its first
+    attempt sent without suspending: for a relay that answers from its protocol
+    callbacks (the sidecar's relay lane).
 
-    None, with nothing started, where the call needs :func:`invoke`'s whole path:
-    a cache, a hedge, an inference router, credentials to wait for, a hook that
-    reads request ids, a body over the limit, a route, member or agent refused,
-    no warm socket. ``timeout`` is checked by the caller; ``now`` is when the call
-    began, a ``time.monotonic`` reading (its deadline counts from it). ``then(answer)`` is
-    called once the attempt's ``answer`` is done (never from inside this call):
-    there, :func:`relay_answered`, then :func:`relay_rest` if it said None.
+    None, with nothing started, where the call needs :func:`invoke`'s whole path
+    after all: a member or agent refused, no warm socket. ``timeout`` is checked by
+    the caller; ``now`` is when the call began, a ``time.monotonic`` reading (its
+    deadline counts from it). ``then(answer)`` is called once the attempt's
+    ``answer`` is done (never from inside this call): there, :func:`relay_answered`,
+    then :func:`relay_rest` if it said None.
     """
     lane = plan.lane
-    if not ctx.started or ctx.cached is not None or not lane.started or len(body) > plan.limit:
-        return None
-    if ctx.relay_reads_ids:  # (False while no hook listens)
-        return None
     emit = ctx.emit
-    try:
-        route = lane.router.resolve(name)
-    except errors.ConfigError:
-        return None
-    if route.hedging or route.routers:
-        return None
-    credentials = ctx.credentials
-    if credentials is not None and credentials.must_wait():
-        return None
     if timeout is None:
         timeout = route.timeout_s or ctx.default_timeout
     shape = plan.shapes.get(members)

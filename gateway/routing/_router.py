@@ -82,6 +82,17 @@ class Router:
             self._defaults[endpoint_name] = route
         return route
 
+    def find(self, name: str) -> Route | None:
+        """The route :meth:`resolve` gives, if it exists already; None: nothing is made.
+
+        For a caller that has not yet authenticated who asks: a name never seen
+        must not make a default route (and push a real one out of the bounded set).
+        """
+        route = self._routes.get(name)
+        if route is None:
+            route = self._defaults.get(name)
+        return route
+
     def resolve(self, name: str) -> Route:
         """The configured route ``name``, or else the default route for endpoint ``name``."""
         route = self._routes.get(name)

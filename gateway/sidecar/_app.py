@@ -564,9 +564,13 @@ class RelayLane(Relay):
         ):
             return False
         name = path[len(_ENDPOINTS) : -len(_INVOCATIONS)]
-        if not name or "/" in name or "%" in name or self._context.relay_reads_ids:
-            # (A hook that reads request ids takes the handler's path: known before
-            # the request is authenticated and read, which the handler would repeat.)
+        if not name or "/" in name or "%" in name:
+            return False
+        # Whatever refuses the call as a whole (its route, a cache, a hook that reads
+        # request ids) refuses it before it is authenticated and read, which the
+        # handler would then repeat.
+        route = pipeline.relay_route(self._context, self._plan, name, len(request.body))
+        if route is None:
             return False
         authenticate = app._authenticate
         if authenticate is not None:
@@ -582,7 +586,7 @@ class RelayLane(Relay):
         call = pipeline.relay(
             self._context,
             self._plan,
-            name,
+            route,
             request.body,
             members,
             timeout,

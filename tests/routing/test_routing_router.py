@@ -36,6 +36,16 @@ def test_a_bare_endpoint_name_gets_a_cached_single_target_route() -> None:
     assert router.route("plain-endpoint") is None  # not a configured route
 
 
+def test_find_gives_what_resolve_gives_but_makes_nothing() -> None:
+    router = make_router(default_route_capacity=2)
+    assert router.find("bid-filter") is router.resolve("bid-filter")
+    assert router.find("plain-endpoint") is None  # never resolved: not made by find either
+    kept = router.resolve("plain-endpoint")
+    for index in range(10):
+        assert router.find(f"junk-{index}") is None
+    assert router.find("plain-endpoint") is kept  # junk names pushed nothing out
+
+
 def test_default_routes_are_bounded() -> None:
     router = make_router(default_route_capacity=3)
     first = router.default_route("e0")

@@ -9,8 +9,9 @@ server on a loopback port whose answers each test scripts.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 import httpx
 
@@ -64,13 +65,20 @@ class Upstream:
 
 @asynccontextmanager
 async def running(
-    script: Script = _answer, lane: bool = True, hooks: Sequence[Hook] = ()
+    script: Script = _answer,
+    lane: bool = True,
+    hooks: Sequence[Hook] = (),
+    defaults: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[tuple[Upstream, Sidecar, httpx.AsyncClient]]:
     upstream = Upstream(script)
     upstream.server = await start_server(upstream.handle, "127.0.0.1", 0)
     try:
         gateway = Gateway(
-            region="us-east-1", endpoint_url=upstream.url, credentials=("AK", "SK"), hooks=hooks
+            region="us-east-1",
+            endpoint_url=upstream.url,
+            credentials=("AK", "SK"),
+            hooks=hooks,
+            defaults=defaults,
         )
         config = SidecarConfig.from_mapping({"relay_lane": lane})  # true: the default
         async with gateway, Sidecar(gateway, "127.0.0.1", 0, config=config) as sidecar:
@@ -178,6 +186,21 @@ async def test_a_hook_of_the_callers_own_sees_the_events_the_handler_sends() -> 
     relayed, handled = recorded
     assert [kind for kind, *_ in relayed].count("CallFinished") == 4
     assert relayed == handled
+
+
+async def test_a_call_the_lane_refuses_is_authenticated_once() -> None:
+    """A hedged route is the handler's: the lane refuses it before authenticating it
+    (the handler authenticates it, once), and a name never seen makes no route."""
+    hedged = {"hedge": {"enabled": True, "min_delay_ms": 50}}
+    async with running(defaults=hedged) as (_, sidecar, client):
+        checked: list[str] = []
+        sidecar.app._authenticate = lambda request: checked.append(request.path)
+        await _calls(client, [b"a", b"b", b"c"])
+        lane = _lane(sidecar)
+        assert lane is not None and lane.taken == 0
+        assert checked == [_INVOKE.format("ep")] * 3
+        router = sidecar.gateway._context.lanes["sagemaker-runtime"].router
+        assert router.find("ep") is not None and router.find("never-called") is None
 
 
 async def test_an_error_answer_is_the_handlers_error_answer() -> None:
