@@ -439,9 +439,10 @@ class RelayedCall:
         """:meth:`result` as received (a relay copies it): its status 200, else None."""
         answer = self.answer
         self.slot.pop(answer, None)
-        if answer.cancelled() or answer.exception() is not None:
+        try:
+            response = answer.result()  # one call: it raises a failure or a cancellation
+        except BaseException:  # (read again, and raised, by rest)
             return None
-        response = answer.result()
         if response.status != 200:
             return None
         plan = self.plan
