@@ -359,6 +359,7 @@ class RelayedCall:
     __slots__ = (
         "_request",
         "answer",
+        "answered_at",
         "call_started",
         "counts",
         "invoker",
@@ -412,6 +413,8 @@ class RelayedCall:
         # The lone hook's way to count a call its first attempt answered, without its
         # events (GatewayMetrics.call_answered); None: the events are emitted.
         self.counts: Callable[[str, str, float, float], None] | None = None
+        # When answered() counted the call (time.monotonic; 0.0: not read there).
+        self.answered_at = 0.0
 
     @property
     def model(self) -> str | None:
@@ -453,7 +456,7 @@ class RelayedCall:
             record(route, state, plan.endpoint, self.started, None, PRIMARY, self.invoker.emit)
         else:
             route.finish(state, self.started, _SUCCESS)
-            now = time.monotonic()
+            now = self.answered_at = time.monotonic()
             counts(route.name, state.key, now - self.started, now - self.call_started)
         return response
 

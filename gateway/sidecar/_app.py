@@ -329,8 +329,12 @@ class SidecarApp:
         request: Request,
         response: Response | StreamingResponse,
         started: float,
+        now: float = 0.0,
     ) -> None:
-        """An invocation answered (its call done): the busy poll, the sidecar's counters."""
+        """An invocation answered (its call done): the busy poll, the sidecar's counters.
+
+        ``started`` and ``now`` are ``time.monotonic`` readings; ``now`` 0.0: read here.
+        """
         busy_poll = self.busy_poll
         if busy_poll is not None:
             busy_poll.touch()
@@ -339,7 +343,7 @@ class SidecarApp:
                 action.label,
                 self.metrics.route_label(name),
                 response.status,
-                time.monotonic() - started,
+                (now or time.monotonic()) - started,
                 len(request.body),
                 len(response.body) if isinstance(response, Response) else 0,
             )
@@ -622,7 +626,9 @@ class RelayLane(Relay):
             relayed.answered(relayed.request, task)
             return
         app.in_flight -= 1
-        app.finished(self._action, relayed.name, relayed.request, response, relayed.started)
+        # (The clock read as the call was counted, a few microseconds before: no other.)
+        now = call.answered_at
+        app.finished(self._action, relayed.name, relayed.request, response, relayed.started, now)
         relayed.answered(relayed.request, response)
 
     async def _rest(self, relayed: _Relayed, call: RelayedCall) -> Response:
