@@ -39,7 +39,6 @@ from gateway._observe.counting import (
     UNCONFIGURED,
     Histogram,
     LabelCap,
-    bucket_of,
     with_zeros,
 )
 from gateway._observe.events import (
@@ -278,9 +277,7 @@ class GatewayMetrics:
             metrics = self._fold(route, target)
         metrics.count_attempt(kind, outcome)
         if outcome == WON:
-            latency = metrics.latency
-            latency.counts[bucket_of(duration)] += 1
-            latency.total += duration
+            metrics.latency.observe(duration)
             if kind == HEDGE:
                 _bump(self.hedge_wins, metrics.route)
         elif code is not None:

@@ -25,8 +25,6 @@ from gateway._server.messages import BodyLimits, HeadCheck, Request, ServerLimit
 # Decoded once: the methods and the header names clients send on every request
 # (botocore's spelling and lower case), so the common case is one dict lookup.
 # Fixed at import: names from a client never grow it.
-# The end of an HTTP/1.1 request line, from the space after its target.
-_HTTP_1_1_LINE_END: Final = b" HTTP/1.1\r\n"
 _METHODS: Final = {
     m.encode(): m for m in ("GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS", "PATCH")
 }
@@ -66,6 +64,9 @@ _HEADER_NAMES: Final = {
     for name in _COMMON_HEADER_NAMES
     for spelling in (name, name.lower())
 }
+
+# The end of an HTTP/1.1 request line, from the space after its target.
+_HTTP_1_1_LINE_END: Final = b" HTTP/1.1\r\n"
 
 # Final: compiled, they are constants rather than module-dict lookups.
 _WAIT_FIRST: Final = 0

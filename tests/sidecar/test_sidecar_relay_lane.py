@@ -69,6 +69,7 @@ async def running(
     lane: bool = True,
     hooks: Sequence[Hook] = (),
     defaults: Mapping[str, Any] | None = None,
+    cache: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[tuple[Upstream, Sidecar, httpx.AsyncClient]]:
     upstream = Upstream(script)
     upstream.server = await start_server(upstream.handle, "127.0.0.1", 0)
@@ -79,12 +80,17 @@ async def running(
             credentials=("AK", "SK"),
             hooks=hooks,
             defaults=defaults,
+            cache=cache,
         )
         config = SidecarConfig.from_mapping({"relay_lane": lane})  # true: the default
         async with gateway, Sidecar(gateway, "127.0.0.1", 0, config=config) as sidecar:
             server = sidecar._server
             assert server is not None
-            assert isinstance(server.relay, RelayLane) if lane else server.relay is None
+            # A prediction cache keeps every call on the handler's path: no lane at all.
+            if lane and cache is None:
+                assert isinstance(server.relay, RelayLane)
+            else:
+                assert server.relay is None
             async with httpx.AsyncClient(base_url=sidecar.url, timeout=10) as client:
                 yield upstream, sidecar, client
     finally:
@@ -381,21 +387,8 @@ async def test_a_client_that_leaves_mid_call_leaves_nothing_behind() -> None:
 
 async def test_with_a_prediction_cache_the_handler_answers_every_request() -> None:
     """The cache is consulted on the handler's path: no lane to offer requests to."""
-    upstream = Upstream()
-    upstream.server = await start_server(upstream.handle, "127.0.0.1", 0)
-    try:
-        gateway = Gateway(
-            region="us-east-1",
-            endpoint_url=upstream.url,
-            credentials=("AK", "SK"),
-            cache={"enabled": True},
-        )
-        async with gateway, Sidecar(gateway, "127.0.0.1", 0) as sidecar:
-            assert sidecar._server is not None and sidecar._server.relay is None
-            async with httpx.AsyncClient(base_url=sidecar.url, timeout=10) as client:
-                first, second = await _calls(client, [b"same", b"same"])
-        assert first.content == second.content == b"same"
-        assert second.headers["x-gateway-cache"] == "near"
-        assert upstream.seen == [b"same"]
-    finally:
-        await upstream.server.close(grace=1.0)
+    async with running(cache={"enabled": True}) as (upstream, _, client):
+        first, second = await _calls(client, [b"same", b"same"])
+    assert first.content == second.content == b"same"
+    assert second.headers["x-gateway-cache"] == "near"
+    assert upstream.seen == [b"same"]
