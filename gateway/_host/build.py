@@ -43,7 +43,6 @@ HOT_PATH = (
     "gateway/routing/_target_state.py",
     # The sidecar's per-request path: its HTTP server, its handler and its counters.
     "gateway/_server/messages.py",
-    "gateway/_server/coalescing.py",
     "gateway/_server/parsing.py",
     "gateway/_server/writing.py",
     "gateway/_server/http.py",

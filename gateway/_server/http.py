@@ -34,7 +34,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
-from gateway._server.coalescing import AnswerBatch, CoalescedTransport
 from gateway._server.messages import (
     AbortConnection,
     BodyLimits,
@@ -100,7 +99,6 @@ class _Connection(ReaderOwner):
     """
 
     __slots__ = (
-        "_coalesced",
         "_loop",
         "_queue",
         "_queued_bytes",
@@ -117,7 +115,6 @@ class _Connection(ReaderOwner):
         self._server = server
         self._loop = server.loop
         self._transport: asyncio.Transport | None = None
-        self._coalesced: CoalescedTransport | None = None  # the same, typed as it is
         self._queue: deque[Request | _Reject | _Awaited] = deque()
         self._queued_bytes = 0  # body bytes of the requests waiting in _queue
         # One worker task per connection, started with its first request and
@@ -133,35 +130,27 @@ class _Connection(ReaderOwner):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, only alike.
-        received = cast(asyncio.Transport, transport)
-        # Every write on the connection waits for the end of the loop's pass (see
-        # gateway._server.coalescing); the wrapper is alike too.
-        wrapper = self._coalesced = CoalescedTransport(received, self._server.answer_batch)
-        coalesced = cast(asyncio.Transport, wrapper)
-        self._transport = coalesced
+        transport = cast(asyncio.Transport, transport)
+        self._transport = transport
         client: tuple[str, int] | None = None
-        peer = received.get_extra_info("peername")
+        peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             client = (str(peer[0]), int(peer[1]))
-        self._reader.connection_made(coalesced, client)
-        self._writer.connection_made(coalesced)
-        sock = received.get_extra_info("socket")
+        self._reader.connection_made(transport, client)
+        self._writer.connection_made(transport)
+        sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._server._connections.add(self)
         if self._server.closing:
-            coalesced.close()
+            transport.close()
 
     def data_received(self, data: bytes) -> None:
         self._reader.data_received(data)
 
     def eof_received(self) -> bool | None:
-        # A half-closed client may still be waiting for its responses. Those written
-        # already go now: left to the end of the pass, a close (ours, or the loop's
-        # when this returns None) would drop them.
-        if self._coalesced is not None:
-            self._coalesced.flush()
+        # A half-closed client may still be waiting for its responses.
         reader = self._reader
         if self.busy and reader.phase != _LINGER:
             reader.close_after = True
@@ -482,8 +471,6 @@ class Server:
         self.on_reject: Callable[[int, str], None] | None = None
         # Answers what it can from the protocol callbacks (see Relay); None: the handler all.
         self.relay: Relay | None = None
-        # The answers of this loop pass, written at its end (one wake-up per burst).
-        self.answer_batch = AnswerBatch(self.loop)
         # Per-path body limits under limits.max_body_size, and their refusals.
         self.body_limits: BodyLimits | None = None
         self.server_line = f"server: {limits.server_header}\r\n" if limits.server_header else ""

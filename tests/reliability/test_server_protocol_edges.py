@@ -551,12 +551,6 @@ class _GoneTransport:
     def close(self) -> None:
         self.closed = True
 
-    def abort(self) -> None:
-        self.closed = True
-
-    def is_closing(self) -> bool:
-        return self.closed
-
     def get_extra_info(self, name: str, default: object = None) -> object:
         return default
 
