@@ -17,7 +17,7 @@ import select
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from typing import NoReturn, cast
+from typing import Final, NoReturn, cast
 
 import httptools
 
@@ -41,6 +41,7 @@ MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 # Limits on a response head, as the servers in this project apply to requests.
 MAX_HEAD_BYTES = 64 * 1024
 MAX_HEADERS = 128
+_SHORT_HEAD: Final = 4 * MAX_HEADERS
 # poll(2), for the check before reuse; Windows has none (the check is skipped there).
 _CAN_POLL = hasattr(select, "poll")
 # Bytes buffered on a streaming response before the socket stops reading.
@@ -243,7 +244,10 @@ class Connection:
         if end < 0:  # a server ending lines with bare LF
             end = received.find(b"\n\n", start)
         head = self._head = received[start:end]
-        if end - start > MAX_HEAD_BYTES or head.count(b"\n") > MAX_HEADERS:
+        size = end - start
+        # Only a head this long can hold more than MAX_HEADERS field lines: each is
+        # 4 bytes at the least (CRLF, then "a:", the shortest llhttp accepts).
+        if size > MAX_HEAD_BYTES or (size > _SHORT_HEAD and head.count(b"\n") > MAX_HEADERS):
             # A broken or hostile server must not make us buffer without bound.
             self._fail(errors.ProtocolError("response head exceeds the header limits"))
             raise _HeadTooLarge
