@@ -6,6 +6,7 @@
     python -m bench.instructions --concurrency 8 --requests 4000
     python -m bench.instructions --concurrency 32 --attribute   # per feature (compiled build)
     python -m bench.instructions --config-json '{"sidecar": {"access_log": true}}'
+    python -m bench.instructions --concurrency 32 --sdk-headers   # requests shaped as boto3's
 
 Wall-clock CPU per request on a shared 2-core machine moves by 10% from
 one run to the next; the number of instructions a fixed number of calls
@@ -114,10 +115,10 @@ class _Client(asyncio.Protocol):
             self._transport.close()
 
 
-async def _drive(port: int, requests: int, concurrency: int) -> int:
+async def _drive(port: int, requests: int, concurrency: int, sdk_headers: bool = False) -> int:
     """Send ``requests`` requests over ``concurrency`` connections; the number that failed."""
     loop = asyncio.get_running_loop()
-    request = build_request(f"127.0.0.1:{port}")
+    request = build_request(f"127.0.0.1:{port}", sdk_headers)
     budget = [requests]
     clients: list[tuple[_Client, asyncio.Future[None]]] = []
     for _ in range(concurrency):
@@ -300,11 +301,12 @@ def sidecar_instructions(
     overlay: dict[str, object] | None = None,
     features: dict[str, float] | None = None,
     libraries: dict[str, float] | None = None,
+    sdk_headers: bool = False,
 ) -> float:
     """Instructions the sidecar of ``tree`` runs per request (after a warm-up).
 
     ``overlay`` is merged into its config; ``features``, when given, is filled
-    with :func:`attribute`'s figures.
+    with :func:`attribute`'s figures; ``sdk_headers``: requests shaped as boto3's.
     """
     with tempfile.TemporaryDirectory(prefix="instructions-") as directory, StubServer() as stub:
         config = Path(directory, "sidecar.json")
@@ -323,9 +325,9 @@ def sidecar_instructions(
             assert process.stdout is not None
             if b"listening" not in process.stdout.readline():
                 raise RuntimeError("the sidecar did not start under valgrind")
-            asyncio.run(_drive(port, _WARM_UP, concurrency))
+            asyncio.run(_drive(port, _WARM_UP, concurrency, sdk_headers))
             _callgrind(process.pid, "-i", "on")
-            errors = asyncio.run(_drive(port, requests, concurrency))
+            errors = asyncio.run(_drive(port, requests, concurrency, sdk_headers))
             time.sleep(0.5)  # the last answers leave the sidecar
             _callgrind(process.pid, "-i", "off")
             _callgrind(process.pid, "--dump")
@@ -375,6 +377,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--attribute", action="store_true", help="sidecar: instructions per feature (compiled)"
     )
+    parser.add_argument(
+        "--sdk-headers",
+        action="store_true",
+        help="sidecar: requests with boto3's fields (ten, against the plain request's four)",
+    )
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (apt-get install -y valgrind)", file=sys.stderr)
@@ -388,9 +395,17 @@ def main(argv: list[str] | None = None) -> int:
     else:
         features = {} if args.attribute else None
         per_call = sidecar_instructions(
-            tree, args.requests, args.concurrency, args.config_json, features, libraries
+            tree,
+            args.requests,
+            args.concurrency,
+            args.config_json,
+            features,
+            libraries,
+            args.sdk_headers,
         )
         what = f"sidecar request at concurrency {args.concurrency}"
+        if args.sdk_headers:
+            what += ", boto3's fields"
         if args.config_json:
             what += f" with {json.dumps(args.config_json)}"
     print(f"{tree}: {per_call:,.0f} instructions per {what}")

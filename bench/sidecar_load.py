@@ -67,10 +67,33 @@ class LevelResult:
     errors: int
 
 
-def build_request(host: str) -> bytes:
+# What boto3's invoke_endpoint sends besides host, content type, accept and length
+# (botocore's spelling; tests/bench checks the names against botocore's own request):
+# a real SDK's request has ten fields, the plain benchmark request four.
+SDK_HEADERS = (
+    ("Accept-Encoding", "identity"),
+    (
+        "User-Agent",
+        "Boto3/1.35.0 md/Botocore#1.35.0 ua/2.0 os/linux#6.1.0 md/arch#x86_64 "
+        "lang/python#3.11.7 md/pyimpl#CPython cfg/retry-mode#legacy Botocore/1.35.0",
+    ),
+    ("X-Amz-Date", "20261128T230000Z"),
+    (
+        "Authorization",
+        "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261128/us-east-1/sagemaker/aws4_request, "
+        "SignedHeaders=accept;content-type;host;x-amz-date, Signature=" + "0" * 64,
+    ),
+    ("amz-sdk-invocation-id", "3f2c8a8e-6a5e-4f51-9d7e-2b0c1b9f6a11"),
+    ("amz-sdk-request", "attempt=1; max=5"),
+)
+
+
+def build_request(host: str, sdk_headers: bool = False) -> bytes:
+    """The benchmark's InvokeEndpoint request; with ``sdk_headers``, shaped as boto3's."""
+    extra = "".join(f"{name}: {value}\r\n" for name, value in SDK_HEADERS) if sdk_headers else ""
     return (
         f"POST {PATH} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
-        f"accept: application/json\r\ncontent-length: {len(PAYLOAD)}\r\n\r\n"
+        f"accept: application/json\r\n{extra}content-length: {len(PAYLOAD)}\r\n\r\n"
     ).encode() + PAYLOAD
 
 
