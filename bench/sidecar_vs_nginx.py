@@ -7,6 +7,7 @@
     python -m bench.sidecar_vs_nginx --baseline /tmp/base   # and the sidecar of another checkout
     python -m bench.sidecar_vs_nginx --floors         # and bare Python relays (the floor)
     python -m bench.sidecar_vs_nginx --perf           # and each proxy's CPU by library (perf)
+    python -m bench.sidecar_vs_nginx --sdk-headers    # requests with boto3's ten fields
 
 The question an operator asks: what does the sidecar cost next to the proxy I
 would otherwise run? Both proxies sit in front of one ``bench._stub`` (its
@@ -74,7 +75,7 @@ from typing import Protocol
 from bench._floor_relay import READY_PREFIX as FLOOR_READY_PREFIX
 from bench._stub import StubServer
 from bench.instructions import _Client, _drive
-from bench.sidecar_load import PATH, PAYLOAD, build_request, sidecar_config
+from bench.sidecar_load import PATH, PAYLOAD, SDK_HEADERS, build_request, sidecar_config
 from bench.sidecar_workers import tree_cpu_split
 from gateway._host.build import build_kind
 from gateway._server import processes as child_process
@@ -279,13 +280,16 @@ def parse_wrk(output: str) -> tuple[int, float, float, float, int]:
 
 
 @contextmanager
-def wrk_script() -> Iterator[str]:
-    """The Lua script making wrk send the benchmark's POST."""
+def wrk_script(sdk_headers: bool = False) -> Iterator[str]:
+    """The Lua script making wrk send the benchmark's POST (``sdk_headers``: shaped as boto3's)."""
     script = (
         'wrk.method = "POST"\n'
         f"wrk.body = {json.dumps(PAYLOAD.decode())}\n"
         'wrk.headers["Content-Type"] = "application/json"\n'
     )
+    if sdk_headers:
+        fields = (("Accept", "application/json"), *SDK_HEADERS)
+        script += "".join(f"wrk.headers[{json.dumps(n)}] = {json.dumps(v)}\n" for n, v in fields)
     with tempfile.NamedTemporaryFile("w", suffix=".lua", prefix="wrk-") as file:
         file.write(script)
         file.flush()
@@ -347,12 +351,16 @@ def parse_strace_summary(text: str) -> dict[str, int]:
 
 
 async def _counted_run(
-    port: int, requests: int, connections: int, start: Callable[[], None]
+    port: int,
+    requests: int,
+    connections: int,
+    start: Callable[[], None],
+    sdk_headers: bool = False,
 ) -> tuple[int, list[_Client]]:
     """``requests`` requests over ``connections`` opened before ``start()``: the number failed,
     and the connections, still open."""
     loop = asyncio.get_running_loop()
-    request = build_request(f"127.0.0.1:{port}")
+    request = build_request(f"127.0.0.1:{port}", sdk_headers)
     budget = [requests]
     done: asyncio.Future[None] = loop.create_future()
     clients = []
@@ -370,14 +378,17 @@ async def _counted_run(
     return sum(client.errors for client in clients), clients
 
 
-def count_syscalls(proxy: Proxy, requests: int, connections: int) -> dict[str, int]:
+def count_syscalls(
+    proxy: Proxy, requests: int, connections: int, sdk_headers: bool = False
+) -> dict[str, int]:
     """System calls ``proxy`` makes for ``requests`` requests (over ``connections``).
 
     The connections are open and the proxy warm before counting starts: what is
     counted is the relaying, not the accepting.
     """
     port = int(proxy.url.rsplit(":", 1)[1])
-    asyncio.run(_drive(port, max(requests // 4, connections), connections))  # warm-up
+    warm_up = max(requests // 4, connections)
+    asyncio.run(_drive(port, warm_up, connections, sdk_headers))
     with tempfile.TemporaryDirectory(prefix="strace-") as directory:
         out = Path(directory, "summary")
         command = ["strace", "-c", "-f", "-o", str(out)]
@@ -392,7 +403,7 @@ def count_syscalls(proxy: Proxy, requests: int, connections: int) -> dict[str, i
             time.sleep(1.0)  # attached (to every thread) before the first request
 
         async def run() -> int:
-            failed, clients = await _counted_run(port, requests, connections, start)
+            failed, clients = await _counted_run(port, requests, connections, start, sdk_headers)
             for tracer in tracers:
                 tracer.send_signal(signal.SIGINT)
                 await asyncio.to_thread(tracer.wait, 30)
@@ -587,6 +598,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--perf", action="store_true", help="also each proxy's CPU by library (perf record)"
     )
+    parser.add_argument(
+        "--sdk-headers", action="store_true", help="requests with boto3's fields (ten, not four)"
+    )
     parser.add_argument("--quick", action="store_true", help="tiny and short, for CI")
     parser.add_argument("--json", action="store_true", help="print one JSON object at the end")
     args = parser.parse_args(argv)
@@ -605,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrk is not installed: {INSTALL_WRK}", file=sys.stderr)
         return 2
     nginx = None if args.no_nginx else nginx_binary()
-    with StubServer() as stub, wrk_script() as script:
+    with StubServer() as stub, wrk_script(args.sdk_headers) as script:
         proxies: list[NginxProcess | SidecarUnderTest | FloorRelay] = []
         try:
             if nginx is not None:
@@ -633,6 +647,7 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"wrk -t{args.threads} -c{args.connections} -d{args.duration}s, "
                 f"{args.rounds} rounds, order alternating"
+                + (", requests with boto3's fields" if args.sdk_headers else "")
             )
             print(
                 f"{'round':>5} {'proxy':<9} {'req/s':>9} {'p50_us':>8} {'p99_us':>8} "
@@ -695,7 +710,7 @@ def _syscalls_section(
     )
     per_request = {}
     for proxy in proxies:
-        calls = count_syscalls(proxy, requests, args.connections)
+        calls = count_syscalls(proxy, requests, args.connections, args.sdk_headers)
         per_request[proxy.name] = round(sum(calls.values()) / requests, 2)
         print(f"{'':>5} {proxy.name:<9} {_format_calls(calls, requests)}", flush=True)
     return per_request

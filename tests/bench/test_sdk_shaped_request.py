@@ -26,13 +26,13 @@ class _Fields:
         self.names.append(name.decode().lower())
 
 
-def _field_names(request: bytes) -> set[str]:
+def field_names(request: bytes) -> set[str]:
     fields = _Fields()
     httptools.HttpRequestParser(fields).feed_data(request)
     return set(fields.names)
 
 
-def _botocore_field_names() -> set[str]:
+def _botocorefield_names() -> set[str]:
     """The fields botocore sends for invoke_endpoint (captured before sending)."""
     captured: dict[str, Any] = {}
 
@@ -58,9 +58,9 @@ def _botocore_field_names() -> set[str]:
 
 
 def test_the_sdk_shaped_request_has_the_fields_boto3_sends() -> None:
-    shaped = _field_names(build_request("127.0.0.1:1", sdk_headers=True))
-    assert shaped - _ADDED_BY_HTTP_CLIENT == _botocore_field_names()
-    plain = _field_names(build_request("127.0.0.1:1"))
+    shaped = field_names(build_request("127.0.0.1:1", sdk_headers=True))
+    assert shaped - _ADDED_BY_HTTP_CLIENT == _botocorefield_names()
+    plain = field_names(build_request("127.0.0.1:1"))
     assert len(plain) == 4 and plain < shaped
 
 

@@ -7,6 +7,7 @@ test; elsewhere it skips. The report parsers are checked on fixed text.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -16,12 +17,15 @@ import sys
 
 import pytest
 
+from bench.sidecar_load import build_request
 from bench.sidecar_vs_nginx import (
     nginx_binary,
     parse_perf_shares,
     parse_strace_summary,
     parse_wrk,
+    wrk_script,
 )
+from tests.bench.test_sdk_shaped_request import field_names
 
 _WRK_REPORT = """\
 Running 8s test @ http://127.0.0.1:40981/endpoints/bench-model/invocations
@@ -188,3 +192,29 @@ def test_floors_add_the_bare_relays_beside_the_sidecar() -> None:
     ratio = report["sidecar_vs_signed_floor"]["cpu_per_request"]
     assert 0 < ratio["min"] <= ratio["median"] <= ratio["max"]
     assert "floor_ratios" not in report  # no nginx row to divide by
+
+
+async def test_wrk_sends_the_same_fields_as_the_in_process_client() -> None:
+    """``bench.sidecar_vs_nginx --sdk-headers``: wrk's script sends what build_request does."""
+    _require(shutil.which("wrk"), "wrk")
+    seen: list[bytes] = []
+
+    async def first_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.close()
+
+    server = await asyncio.start_server(first_request, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        with wrk_script(sdk_headers=True) as script:
+            wrk = ["wrk", "-t1", "-c1", "-d1s", "-s", script, f"http://127.0.0.1:{port}/x"]
+            process = await asyncio.create_subprocess_exec(
+                *wrk, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+            )
+            await asyncio.wait_for(process.wait(), 30)
+    finally:
+        server.close()
+    assert seen, "wrk sent nothing"
+    assert field_names(seen[0]) - {"content-length"} == (
+        field_names(build_request("127.0.0.1:1", sdk_headers=True)) - {"content-length"}
+    )
