@@ -32,7 +32,7 @@ def field_names(request: bytes) -> set[str]:
     return set(fields.names)
 
 
-def _botocorefield_names() -> set[str]:
+def _botocore_field_names() -> set[str]:
     """The fields botocore sends for invoke_endpoint (captured before sending)."""
     captured: dict[str, Any] = {}
 
@@ -59,7 +59,7 @@ def _botocorefield_names() -> set[str]:
 
 def test_the_sdk_shaped_request_has_the_fields_boto3_sends() -> None:
     shaped = field_names(build_request("127.0.0.1:1", sdk_headers=True))
-    assert shaped - _ADDED_BY_HTTP_CLIENT == _botocorefield_names()
+    assert shaped - _ADDED_BY_HTTP_CLIENT == _botocore_field_names()
     plain = field_names(build_request("127.0.0.1:1"))
     assert len(plain) == 4 and plain < shaped
 
