@@ -534,8 +534,8 @@ class RedisTier:
             return RedisCluster(startup_nodes=nodes, require_full_coverage=False, **common)
         common["retry_on_error"] = []
         if target.kind == "sentinel":
-            # redis-py's Sentinel is untyped.
-            self._sentinel = Sentinel(  # type: ignore[no-untyped-call]
+            # redis-py's Sentinel is untyped in older releases, typed in newer ones (8.2).
+            self._sentinel = Sentinel(  # type: ignore[no-untyped-call,unused-ignore]
                 list(target.sentinels),
                 sentinel_kwargs={
                     "socket_timeout": self._op_timeout_s,
