@@ -65,11 +65,6 @@ _HEADER_NAMES: Final = {
     for spelling in (name, name.lower())
 }
 
-# The same, keyed by the decoded spelling: a head read whole (fields_of) looks names up as text.
-_FIELD_NAMES: Final = {
-    spelling: name.lower() for name in _COMMON_HEADER_NAMES for spelling in (name, name.lower())
-}
-
 # The end of an HTTP/1.1 request line, from the space after its target.
 _HTTP_1_1_LINE_END: Final = b" HTTP/1.1\r\n"
 
@@ -99,60 +94,6 @@ def _unsupported_version(version: str) -> _Reject:
     if version.startswith("0."):
         return _Reject(400, "HTTP/0.9 is not supported")
     return _Reject(505, f"HTTP/{version} is not supported: use HTTP/1.1")
-
-
-# What fields_of says of a head's body: none declared, or a transfer coding (chunked).
-_NO_LENGTH: Final = -1
-_CODED: Final = -2
-_HEAD_END: Final = b"\r\n\r\n"
-
-
-def fields_of(head: bytes, max_headers: int) -> tuple[list[tuple[str, str]], int] | None:
-    """The field lines of a whole request head (ending in its blank line), as llhttp's
-    per-field callbacks give them, and its declared body length.
-
-    Names lower-cased, values without their leading blanks (llhttp keeps the trailing
-    ones), repeated fields each kept, in order. The length is ``Content-Length``'s,
-    ``_NO_LENGTH`` without one, ``_CODED`` with a ``Transfer-Encoding``. None where
-    the head is not that simple: more than ``max_headers`` fields, a line without a
-    name; the caller then leaves it to the parser's callbacks. It validates nothing:
-    llhttp parses the same bytes next, and refuses what is malformed.
-    """
-    # One decode and one split in C, rather than two callbacks and two objects a field.
-    # llhttp refuses a bare CR or LF in a head, so in one it accepts each line ends in CRLF.
-    lines = head.decode("latin-1").split("\r\n")
-    count = len(lines) - 3  # the request line, and the two empty strings the blank line leaves
-    if count > max_headers:
-        return None
-    pairs: list[tuple[str, str]] = []
-    declared = _NO_LENGTH
-    coded = False
-    names = _FIELD_NAMES
-    for index in range(1, count + 1):
-        line = lines[index]
-        colon = line.find(":")
-        if colon <= 0:
-            return None
-        name = line[:colon]
-        lower = names.get(name)
-        if lower is None:
-            lower = name.lower()
-        value = line[colon + 1 :]
-        if value.startswith(" ") or value.startswith("\t"):
-            value = value.lstrip(" \t")
-        if lower == "content-length":
-            declared = declared_length(value)
-        elif lower == "transfer-encoding":
-            coded = True
-        pairs.append((lower, value))
-    return pairs, _CODED if coded else declared
-
-
-def declared_length(value: str) -> int:
-    """A ``Content-Length`` value llhttp has accepted, as a number (huge if absurd)."""
-    # The length check keeps int() cheap.
-    digits = value.strip()
-    return int(digits) if len(digits) < 19 and digits.isdecimal() else 1 << 62
 
 
 def _merge_repeated(pairs: list[tuple[str, str]]) -> dict[str, str]:
@@ -225,40 +166,12 @@ class _Gone(ReaderOwner):
 _GONE: Final = _Gone()
 
 
-class _FieldCallbacks:
-    """The field parser's protocol: a reader's callbacks, and ``on_header``.
-
-    The reader itself has no ``on_header``, so that httptools makes no call per
-    field for the parser it is the protocol of (the fast one).
-    """
-
-    def __init__(self, reader: RequestReader) -> None:
-        self.on_message_begin = reader.on_message_begin
-        self.on_url = reader.on_url
-        self.on_header = reader.on_field
-        self.on_headers_complete = reader.on_headers_complete
-        self.on_body = reader.on_body
-        self.on_message_complete = reader.on_message_complete
-
-
 class RequestReader:
     """The reading half of a client connection (see :class:`gateway._server.http._Connection`).
 
     A plain class: mypyc compiles this module, and only a class without a
     Python base becomes a native class (fixed attribute slots, direct method
-    calls). Its parsers' callbacks are its methods.
-
-    It has two parsers, and each message is parsed whole by one of them. A
-    message whose head is whole in the bytes read, and which starts them,
-    goes to the one without per-field callbacks: the head's fields are read
-    in one pass (:func:`fields_of`) and llhttp checks the same bytes as it
-    parses them; the piece fed ends where that message does, so that the
-    next one starts a piece too. Any other message (a head split over reads,
-    a chunked body, more fields than the limit) goes to the parser that
-    calls :meth:`on_field` for each field. Both are between messages when
-    the choice is made. (After a message that closes the connection, llhttp
-    would refuse the next and the other parser would not; the connection
-    serves nothing after such a message either way.)
+    calls). Its parser's callbacks are its methods.
     """
 
     __slots__ = (
@@ -274,16 +187,13 @@ class RequestReader:
         "_connection",
         "_discarded",
         "_expect_continue",
-        "_fast_parser",
         "_feeds",
-        "_field_parser",
         "_head_bytes",
         "_header_pairs",
         "_http_version",
         "_limits",
         "_line_at_start",
         "_loop",
-        "_one_message",
         "_parser",
         "_piece",
         "_raw_method",
@@ -305,13 +215,8 @@ class RequestReader:
         # It holds this reader as this reader holds it: a cycle, broken by release at close.
         self._connection = connection
         self._transport: asyncio.Transport | None = None
-        # Their callbacks are this object's methods: a cycle too. Each is made when
-        # first needed; _parser is the one parsing the current (or last) message.
-        self._fast_parser: httptools.HttpRequestParser | None = None
-        self._field_parser: httptools.HttpRequestParser | None = None
-        self._parser: httptools.HttpRequestParser | None = None
-        # The piece being fed holds one message (the fast parser's): a second is refused.
-        self._one_message = False
+        # Its callbacks are this object's methods: a cycle too.
+        self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
         self._client: tuple[str, int] | None = None
         self.phase = _WAIT_FIRST
         self.phase_since = self._loop.time()
@@ -364,7 +269,7 @@ class RequestReader:
         looks, for what ``gc.freeze`` moved out of its sight).
         """
         self._transport = None
-        self._parser = self._fast_parser = self._field_parser = None
+        self._parser = None
         self._connection = _GONE
         self.backlog = b""
         self._reset_message()
@@ -393,26 +298,12 @@ class RequestReader:
                 if take <= 0:
                     self.fail(self._head_too_large())
                     return
-                if self.phase <= _IDLE:
-                    # A message starts at data's first byte: the parser is chosen for it.
-                    take = self._choose_parser(data, take)
             if 0 <= take < len(data):
                 piece, data = data[:take], data[take:]
             else:
                 piece, data = data, b""
             self._completed_in_feed = False
-            fed = self._feed(piece)
-            one_message, self._one_message = self._one_message, False
-            if not fed:
-                return
-            # The cut holds the whole body, or the body goes on: else llhttp and
-            # fields_of disagree on where the message ends.
-            if (
-                one_message
-                and not self._completed_in_feed
-                and (self.phase != _BODY or self._body_remaining == 0)
-            ):
-                self.fail(_MALFORMED)
+            if not self._feed(piece):
                 return
             if self.phase != _BODY and not self._completed_in_feed:
                 self._head_bytes += len(piece)
@@ -424,29 +315,6 @@ class RequestReader:
                 self.backlog = data
                 self.update_reading()
                 return
-
-    def _choose_parser(self, data: bytes, take: int) -> int:
-        """Choose the parser of the message ``data`` starts; how much of it to feed."""
-        end = data.find(_HEAD_END, 0, take) + len(_HEAD_END)
-        read = None
-        if end > len(_HEAD_END) and data[0] != 13 and data[0] != 10:
-            # (llhttp skips blank lines before a request line: not ours to find.)
-            read = fields_of(data[:end], self._limits.max_headers)
-        if read is None or read[1] == _CODED:
-            # (A chunked body's end is llhttp's to find: the next message may follow it.)
-            parser = self._field_parser
-            if parser is None:
-                parser = self._field_parser = httptools.HttpRequestParser(_FieldCallbacks(self))
-            self._parser = parser
-            return take
-        pairs, declared = read
-        parser = self._fast_parser
-        if parser is None:
-            parser = self._fast_parser = httptools.HttpRequestParser(self)
-        self._parser = parser
-        self._header_pairs = pairs
-        self._one_message = True
-        return end + declared if declared > 0 else end
 
     def _feed(self, data: bytes) -> bool:
         """Parse ``data``; False once parsing has stopped."""
@@ -493,10 +361,6 @@ class RequestReader:
     # httptools callbacks ---------------------------------------------------
 
     def on_message_begin(self) -> None:
-        if self._one_message and self._begun_in == self._feeds:
-            # A second message in a piece cut to hold one: llhttp ends the first
-            # before fields_of's length does.
-            raise self._stop(_MALFORMED)
         self.phase = _HEADERS
         self.phase_since = self._loop.time()
         self._begun_in = self._feeds
@@ -507,8 +371,7 @@ class RequestReader:
         # Bounded: data_received never feeds a head past max_header_size.
         self._url_parts.append(url)
 
-    def on_field(self, name: bytes, value: bytes) -> None:
-        """A field as llhttp reads it (the field parser's ``on_header``)."""
+    def on_header(self, name: bytes, value: bytes) -> None:
         if len(self._header_pairs) >= self._limits.max_headers:
             raise self._stop(_Reject(431, "request header fields too large"))
         lower = _HEADER_NAMES.get(name)
@@ -543,7 +406,9 @@ class RequestReader:
         chunked = False
         for name, value in self._header_pairs:
             if name == "content-length":
-                declared = declared_length(value)  # llhttp has checked it
+                # llhttp has checked the value; the length check keeps int() cheap.
+                digits = value.strip()
+                declared = int(digits) if len(digits) < 19 and digits.isdecimal() else 1 << 62
             elif name == "transfer-encoding":
                 chunked = True
             elif name == "expect" and value.lower() == "100-continue":

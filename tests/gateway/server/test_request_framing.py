@@ -1,9 +1,9 @@
-"""A request head read whole in one pass gives what llhttp's per-field callbacks give.
+"""How the server frames and reads requests, however their bytes arrive, over real sockets.
 
-The server parses a message whose head arrives whole with a parser that makes
-no call per field (:func:`gateway._server.parsing.fields_of` reads the fields);
-any other message goes to the parser that does. These tests hold the two to
-the same result, and the framing of the messages around them to llhttp's.
+A request read whole in one read is the same request read a byte at a time;
+messages of every framing pipelined in one write are each answered in order,
+a body's bytes are never taken for a request, and a head whose framing is
+ambiguous is refused with nothing after it served.
 """
 
 from __future__ import annotations
@@ -14,96 +14,8 @@ from collections.abc import AsyncIterator
 import httptools
 import orjson
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from gateway._server.http import Request, Response, Server, ServerLimits, start_server
-from gateway._server.parsing import fields_of
-
-# What llhttp accepts in a field name (a token) and in a value (visible ASCII,
-# blanks, and the obs-text bytes 0x80-0xFF).
-_TOKEN = st.text(
-    alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!#$%&'*+-.^_`|~",
-    min_size=1,
-    max_size=24,
-)
-_COMMON_NAMES = st.sampled_from(
-    ["Host", "content-type", "Accept", "X-Amz-Date", "X-Amzn-SageMaker-Custom-Attributes"]
-)
-_VALUE = st.binary(max_size=40).map(
-    lambda raw: bytes(b for b in raw if b == 9 or 32 <= b < 127 or b >= 128)
-)
-_BLANKS = st.sampled_from([b"", b" ", b"  ", b"\t", b" \t "])
-
-
-class _Fields:
-    """llhttp's own reading of a head: each field its callback gives."""
-
-    def __init__(self) -> None:
-        self.pairs: list[tuple[str, str]] = []
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.pairs.append((name.decode("latin-1").lower(), value.decode("latin-1")))
-
-
-def _llhttp_fields(head: bytes) -> list[tuple[str, str]] | None:
-    """The fields llhttp's callbacks give for ``head``, or None where it refuses it."""
-    fields = _Fields()
-    try:
-        httptools.HttpRequestParser(fields).feed_data(head)
-    except httptools.HttpParserError:
-        return None
-    return fields.pairs
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    st.lists(
-        st.tuples(st.one_of(_TOKEN, _COMMON_NAMES), _BLANKS, _VALUE, _BLANKS),
-        max_size=12,
-    )
-)
-def test_fields_of_a_head_are_llhttps_fields(
-    fields: list[tuple[str, bytes, bytes, bytes]],
-) -> None:
-    lines = [name.encode() + b":" + lead + value + trail for name, lead, value, trail in fields]
-    head = b"POST /endpoints/e/invocations HTTP/1.1\r\n" + b"".join(
-        line + b"\r\n" for line in lines
-    )
-    head += b"\r\n"
-    expected = _llhttp_fields(head)
-    if expected is None:
-        return  # refused by llhttp: the fast parser's llhttp refuses it the same
-    read = fields_of(head, 128)
-    assert read is not None
-    assert read[0] == expected
-
-
-@pytest.mark.parametrize(
-    ("fields", "declared"),
-    [
-        (b"", -1),
-        (b"Content-Length: 12\r\n", 12),
-        (b"content-length:7 \r\n", 7),
-        (b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", -2),
-        (b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n", -2),
-        (b"Content-Length: 99999999999999999999999\r\n", 1 << 62),
-    ],
-)
-def test_fields_of_reads_the_declared_body_length(fields: bytes, declared: int) -> None:
-    read = fields_of(b"POST / HTTP/1.1\r\n" + fields + b"\r\n", 128)
-    assert read is not None
-    assert read[1] == declared
-
-
-def test_fields_of_leaves_an_unusual_head_to_the_callbacks() -> None:
-    many = b"".join(b"f%d: v\r\n" % index for index in range(5))
-    assert fields_of(b"GET / HTTP/1.1\r\n" + many + b"\r\n", 4) is None
-    assert fields_of(b"GET / HTTP/1.1\r\n" + many + b"\r\n", 5) is not None
-    assert fields_of(b"GET / HTTP/1.1\r\n: no name\r\n\r\n", 128) is None
-
-
-# -- over a real socket -----------------------------------------------------------
 
 LIMITS = ServerLimits(max_header_size=4096, max_body_size=10_000, max_headers=16)
 
@@ -218,7 +130,7 @@ async def test_a_request_read_whole_is_the_request_read_a_byte_at_a_time(
 async def test_pipelined_requests_of_every_kind_in_one_read_are_each_answered_in_order(
     server: Server,
 ) -> None:
-    """Messages for both parsers, back to back in one write: each is framed as llhttp frames it."""
+    """Back to back in one write: each is framed as llhttp frames it."""
     smuggled = b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
     requests = [
         b"POST /one HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (len(smuggled), smuggled),
@@ -245,8 +157,9 @@ async def test_pipelined_requests_of_every_kind_in_one_read_are_each_answered_in
     ]
 
 
-async def test_a_head_split_over_reads_then_whole_heads_on_one_connection(server: Server) -> None:
-    """The parser changes between messages on one connection, both ways, and each is read right."""
+async def test_heads_split_over_reads_and_whole_heads_alternate_on_one_connection(
+    server: Server,
+) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
     try:
         bodies = []
@@ -257,7 +170,7 @@ async def test_a_head_split_over_reads_then_whole_heads_on_one_connection(server
                 index,
             )
             if index % 2:
-                writer.write(request[:10])  # the head split: the field parser
+                writer.write(request[:10])  # the head split over two reads
                 await writer.drain()
                 await asyncio.sleep(0.02)
                 writer.write(request[10:])
@@ -294,7 +207,7 @@ async def test_ambiguous_framing_is_refused_and_nothing_after_it_is_served(
     assert b"/smuggled" not in raw
 
 
-async def test_too_many_fields_in_a_whole_head_is_still_431(server: Server) -> None:
+async def test_too_many_fields_in_a_head_read_whole_is_431(server: Server) -> None:
     many = b"".join(b"f%d: v\r\n" % index for index in range(LIMITS.max_headers + 1))
     raw = await _send(server, b"GET / HTTP/1.1\r\n" + many + b"\r\n", byte_by_byte=False)
     assert [status for status, _ in _answers(raw)] == [431]
@@ -304,7 +217,7 @@ async def test_too_many_fields_in_a_whole_head_is_still_431(server: Server) -> N
 async def test_a_request_after_one_that_closes_is_not_served(
     server: Server, split_at: int | None
 ) -> None:
-    """Not even where the second's head, arriving split, would have its own parser."""
+    """Whether the second arrives with the first or its head split over later reads."""
     closing = b"POST /a HTTP/1.1\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok"
     after = b"POST /after HTTP/1.1\r\nContent-Length: 2\r\n\r\nno"
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
