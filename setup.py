@@ -202,10 +202,27 @@ def keep_docstrings(c_files: list[Path], paths: list[str]) -> None:
             c_file.write_text(changed)
 
 
+# SigV4's per-request tail in C, on the SHA-256 of the libcrypto Python's hashlib loaded
+# (gateway/_aws/_sigv4_tail.c): in every build but an explicitly pure one, editable
+# installs included. It links nothing and needs no OpenSSL headers. Optional: without a
+# C compiler the build goes on without it, and signing runs through hashlib, with the
+# same result.
+SIGNING_TAIL = Extension("gateway._aws._sigv4_tail", ["gateway/_aws/_sigv4_tail.c"], optional=True)
+
+
+def signing_tail() -> list[Extension]:
+    if os.environ.get("SAGEMAKER_GATEWAY_BUILD") == "pure":
+        suffixes = importlib.machinery.EXTENSION_SUFFIXES
+        for suffix in suffixes:
+            (ROOT / "gateway" / "_aws" / f"_sigv4_tail{suffix}").unlink(missing_ok=True)
+        return []
+    return [SIGNING_TAIL]
+
+
 def compiled_modules() -> list[Extension]:
     if not wants_compiled():
         remove_in_place_builds()
-        return []
+        return signing_tail()
     from mypyc.build import mypycify
 
     # One C file per module, so the C compiler runs on every core (build_ext above).
@@ -215,7 +232,7 @@ def compiled_modules() -> list[Extension]:
     for extension in extensions:
         extension.include_dirs.append(os.path.join("build", *GROUP.split(".")[:-1]))
     keep_docstrings(sorted((ROOT / "build").glob("__native_*.c")), list(HOT_PATH))
-    return extensions
+    return [*extensions, *signing_tail()]
 
 
 setup(ext_modules=compiled_modules(), cmdclass={"build_ext": BuildExtMarkingBuildTime})

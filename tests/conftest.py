@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
+from gateway._aws.sigv4 import NATIVE_SIGNING
 from gateway._host.build import build_kind, stale_modules
 from tests._redis_procs import RedisServer, shared_redis_available
 
@@ -56,6 +57,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     expected = os.environ.get("SAGEMAKER_GATEWAY_EXPECT_BUILD")
     if expected and build_kind() != expected:
         pytest.exit(f"expected the {expected} build, found {build_kind()}", returncode=3)
+    if expected == "compiled" and not NATIVE_SIGNING:
+        # The compiled build carries the signing tail too (setup.py builds both).
+        pytest.exit("expected the compiled build's signing tail, found none", returncode=3)
     # An editable install's compiled modules shadow their sources: testing
     # them after an edit would test the old code.
     stale = stale_modules()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import TYPE_CHECKING
@@ -40,6 +40,20 @@ __all__ = [
     "parse_authorization",
     "payload_sha256",
 ]
+
+# The per-request tail in C (_sigv4_tail.c) where it was built and loads: the body's hash,
+# and the presigned states finished into the head, each one call with no hashlib object.
+# Without it (a pure build, no C compiler, no libcrypto to share) hashlib does the same.
+_native_hex: Callable[[bytes], str] | None
+_native_state: Callable[[bytes], bytes] | None
+_native_head: Callable[[bytes, bytes, str, int], bytes] | None
+try:
+    from gateway._aws._sigv4_tail import sha256_hex, sha256_state, signed_head
+except ImportError:
+    _native_hex = _native_state = _native_head = None
+else:
+    _native_hex, _native_state, _native_head = sha256_hex, sha256_state, signed_head
+NATIVE_SIGNING = _native_head is not None
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 _name_of = itemgetter(0)
@@ -84,7 +98,10 @@ class Credentials:
 
 
 def payload_sha256(body: bytes) -> str:
-    return hashlib.sha256(body).hexdigest() if body else EMPTY_SHA256
+    if not body:
+        return EMPTY_SHA256
+    native = _native_hex
+    return native(body) if native is not None else hashlib.sha256(body).hexdigest()
 
 
 def canonical_uri(path: str) -> str:
@@ -145,12 +162,14 @@ class _HmacSha256:
     two prepared ``sha256`` states costs about a third of that.
     """
 
-    __slots__ = ("_inner", "_outer")
+    __slots__ = ("_inner", "_inner_pad", "_outer", "_outer_pad")
 
     def __init__(self, key: bytes) -> None:
         block = key.ljust(64, b"\0")
-        self._inner = hashlib.sha256(bytes(b ^ 0x36 for b in block))
-        self._outer = hashlib.sha256(bytes(b ^ 0x5C for b in block))
+        self._inner_pad = bytes(b ^ 0x36 for b in block)
+        self._outer_pad = bytes(b ^ 0x5C for b in block)
+        self._inner = hashlib.sha256(self._inner_pad)
+        self._outer = hashlib.sha256(self._outer_pad)
 
     def hexdigest(self, message: bytes) -> str:
         inner = self._inner.copy()
@@ -165,6 +184,12 @@ class _HmacSha256:
         inner.update(prefix)
         return inner, self._outer
 
+    def native_states(
+        self, state: Callable[[bytes], bytes], canonical_start: bytes, prefix: bytes
+    ) -> bytes:
+        """The C tail's three states: ``canonical_start`` hashed, and ``started(prefix)``'s."""
+        return state(canonical_start) + state(self._inner_pad + prefix) + state(self._outer_pad)
+
 
 class PresignedHead:
     """A request head signed up to its payload hash, good for one date and key.
@@ -173,10 +198,11 @@ class PresignedHead:
     and date; only the body, so the payload hash, changes. The canonical
     request up to the payload hash and the string to sign up to the
     request's hash are hashed once here; each call resumes copies of those
-    hash states (three short updates) and joins four byte strings.
+    hash states (three short updates) and joins four byte strings: in one
+    call of the C tail where ``native`` states were given, else with hashlib.
     """
 
-    __slots__ = ("_canonical", "_inner", "_outer", "_start", "amz_date", "credentials")
+    __slots__ = ("_canonical", "_inner", "_native", "_outer", "_start", "amz_date", "credentials")
 
     def __init__(
         self,
@@ -185,15 +211,21 @@ class PresignedHead:
         canonical: HASH,
         mac_states: tuple[HASH, HASH],
         start: bytes,
+        native: bytes | None = None,
     ) -> None:
         self.amz_date = amz_date
         self.credentials = credentials
         self._canonical = canonical
         self._inner, self._outer = mac_states
         self._start = start
+        self._native = native  # the same three states, as the C tail keeps them
 
     def head(self, payload_hash: str, body_length: int) -> bytes:
         """The whole head: ``start``, the signature, ``content-length``, the blank line."""
+        native = self._native
+        signed_head = _native_head
+        if native is not None and signed_head is not None:
+            return signed_head(self._start, native, payload_hash, body_length)
         canonical = self._canonical.copy()
         canonical.update(payload_hash.encode())
         inner = self._inner.copy()
@@ -212,11 +244,13 @@ class PresignedHead:
 class SigV4Signer:
     """Signs requests for one (region, service); safe to share across tasks."""
 
-    __slots__ = ("_key_cache", "_last", "_region", "_scope_tail", "_service")
+    __slots__ = ("_key_cache", "_last", "_native", "_region", "_scope_tail", "_service")
 
-    def __init__(self, region: str, service: str = "sagemaker") -> None:
+    def __init__(self, region: str, service: str = "sagemaker", native: bool = True) -> None:
         self._region = region
         self._service = service
+        # Presigned heads are finished by the C tail where it loaded (see PresignedHead).
+        self._native = native and NATIVE_SIGNING
         self._scope_tail = f"/{region}/{service}/aws4_request"
         self._key_cache: dict[tuple[str, str], _HmacSha256] = {}
         # The key used last: nearly every call signs with the same day and secret.
@@ -372,16 +406,26 @@ class SigV4Signer:
         block = "\n".join(map(_colon_join, headers))
         if _folds(block):
             block = _trimmed_block(headers)
-        canonical = hashlib.sha256(f"{request_prefix}{block}\n\n{signed}\n".encode())
+        canonical_start = f"{request_prefix}{block}\n\n{signed}\n".encode()
+        canonical = hashlib.sha256(canonical_start)
         day = amz_date[:8]
         scope_tail = self._scope_tail
         mac = self._mac(credentials.secret_key, day)
-        mac_states = mac.started(f"{ALGORITHM}\n{amz_date}\n{day}{scope_tail}\n".encode())
+        sign_start = f"{ALGORITHM}\n{amz_date}\n{day}{scope_tail}\n".encode()
+        mac_states = mac.started(sign_start)
         start = (
             f"{head_start}authorization: {ALGORITHM} Credential={credentials.access_key}/"
             f"{day}{scope_tail}, SignedHeaders={signed}, Signature="
         )
-        return PresignedHead(amz_date, credentials, canonical, mac_states, start.encode("latin-1"))
+        state = _native_state
+        native = (
+            mac.native_states(state, canonical_start, sign_start)
+            if self._native and state is not None
+            else None
+        )
+        return PresignedHead(
+            amz_date, credentials, canonical, mac_states, start.encode("latin-1"), native
+        )
 
     @staticmethod
     def request_prefix(method: str, path: str, query: str = "") -> str:

@@ -1,0 +1,251 @@
+/* The per-request tail of SigV4 signing, on OpenSSL's SHA-256.
+ *
+ * Each signed request hashes its body, then finishes three SHA-256 states
+ * presigned once a second (the canonical request up to the payload hash, and
+ * the HMAC's inner and outer states). Through hashlib each step costs a
+ * Python call, and every copy of a state and every digest copies an OpenSSL
+ * EVP context (an allocation, a provider call and a cleanse); here a state is
+ * the plain SHA256_CTX, copied with memcpy, and the whole tail is one call.
+ * The hashing is OpenSSL's (with the CPU's SHA extensions where it has them);
+ * this file only sequences it. gateway/_aws/sigv4.py uses it when it loads
+ * and falls back to hashlib otherwise, with the same results (tests compare
+ * the two, and both with botocore).
+ *
+ * It uses the libcrypto that Python's own _hashlib has loaded, found at import
+ * (dlopen with RTLD_NOLOAD): nothing is linked at build time, so the module
+ * needs no OpenSSL headers to build, a wheel carries no copy of OpenSSL, and
+ * signing uses the OpenSSL the system updates. Where no such libcrypto is
+ * loaded (a Python with OpenSSL linked statically), importing it fails and
+ * sigv4.py uses hashlib.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <dlfcn.h>
+
+#define DIGEST_LENGTH 32
+#define HEX_LENGTH (2 * DIGEST_LENGTH)
+
+/* OpenSSL's SHA256_CTX, as its public header declares it: the same in every
+ * libcrypto.so.1.1 and libcrypto.so.3 (callers allocate it, so it is ABI). */
+typedef struct {
+    unsigned int h[8];
+    unsigned int Nl, Nh;
+    unsigned int data[16];
+    unsigned int num, md_len;
+} sha256_context;
+
+#define STATES_LENGTH (3 * sizeof(sha256_context))
+
+/* SHA256_Init, SHA256_Update, SHA256_Final and OPENSSL_cleanse (deprecated in
+ * OpenSSL 3 in favour of EVP, whose context copies are the cost avoided here). */
+static int (*sha256_init)(sha256_context *);
+static int (*sha256_update)(sha256_context *, const void *, size_t);
+static int (*sha256_final)(unsigned char *, sha256_context *);
+static void (*cleanse)(void *, size_t);
+
+static const char HEX_DIGITS[] = "0123456789abcdef";
+
+static void
+to_hex(const unsigned char *digest, char *out)
+{
+    for (int i = 0; i < DIGEST_LENGTH; i++) {
+        out[2 * i] = HEX_DIGITS[digest[i] >> 4];
+        out[2 * i + 1] = HEX_DIGITS[digest[i] & 15];
+    }
+}
+
+/* The hex SHA-256 of a buffer, into out. */
+static int
+hex_of(PyObject *data, char *out)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
+        return -1;
+    }
+    unsigned char digest[DIGEST_LENGTH];
+    sha256_context context;
+    sha256_init(&context);
+    sha256_update(&context, view.buf, (size_t)view.len);
+    sha256_final(digest, &context);
+    PyBuffer_Release(&view);
+    to_hex(digest, out);
+    return 0;
+}
+
+PyDoc_STRVAR(sha256_hex_doc,
+             "sha256_hex($module, data, /)\n--\n\n"
+             "The SHA-256 of ``data`` (a bytes-like object) in lower-case hex.");
+
+static PyObject *
+sha256_hex(PyObject *module, PyObject *data)
+{
+    char hex[HEX_LENGTH];
+    if (hex_of(data, hex) < 0) {
+        return NULL;
+    }
+    return PyUnicode_FromStringAndSize(hex, HEX_LENGTH);
+}
+
+PyDoc_STRVAR(sha256_state_doc,
+             "sha256_state($module, data, /)\n--\n\n"
+             "A SHA-256 state that has hashed ``data``, as opaque bytes for signed_head.");
+
+static PyObject *
+sha256_state(PyObject *module, PyObject *data)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    sha256_context context;
+    sha256_init(&context);
+    sha256_update(&context, view.buf, (size_t)view.len);
+    PyBuffer_Release(&view);
+    PyObject *state = PyBytes_FromStringAndSize((const char *)&context, sizeof context);
+    cleanse(&context, sizeof context);
+    return state;
+}
+
+PyDoc_STRVAR(signed_head_doc,
+             "signed_head($module, start, states, payload_hash, body_length, /)\n--\n\n"
+             "``start``, the request's signature in hex, then its content-length line and\n"
+             "the blank line. ``states`` joins three sha256_state results: the canonical\n"
+             "request up to its payload hash, and the HMAC's inner (key pad and string to\n"
+             "sign up to the request's hash) and outer (key pad) states. ``payload_hash``\n"
+             "is the body's hex SHA-256.");
+
+static PyObject *
+signed_head(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "signed_head takes 4 arguments");
+        return NULL;
+    }
+    PyObject *start = args[0], *states = args[1], *payload_hash = args[2];
+    if (!PyBytes_Check(start) || !PyBytes_Check(states) || !PyUnicode_Check(payload_hash)) {
+        PyErr_SetString(PyExc_TypeError, "signed_head takes (bytes, bytes, str, int)");
+        return NULL;
+    }
+    if ((size_t)PyBytes_GET_SIZE(states) != STATES_LENGTH) {
+        PyErr_SetString(PyExc_ValueError, "states must join three sha256_state results");
+        return NULL;
+    }
+    Py_ssize_t hash_length;
+    const char *hash = PyUnicode_AsUTF8AndSize(payload_hash, &hash_length);
+    if (hash == NULL) {
+        return NULL;
+    }
+    Py_ssize_t body_length = PyLong_AsSsize_t(args[3]);
+    if (body_length == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (body_length < 0) {
+        PyErr_SetString(PyExc_ValueError, "body_length must not be negative");
+        return NULL;
+    }
+    const sha256_context *presigned = (const sha256_context *)PyBytes_AS_STRING(states);
+    unsigned char digest[DIGEST_LENGTH];
+    char hex[HEX_LENGTH];
+    sha256_context context;
+
+    /* The canonical request, finished with the payload's hash. */
+    memcpy(&context, &presigned[0], sizeof context);
+    sha256_update(&context, hash, (size_t)hash_length);
+    sha256_final(digest, &context);
+    to_hex(digest, hex);
+    /* HMAC: the string to sign ends with the canonical request's hash. */
+    memcpy(&context, &presigned[1], sizeof context);
+    sha256_update(&context, hex, HEX_LENGTH);
+    sha256_final(digest, &context);
+    memcpy(&context, &presigned[2], sizeof context);
+    sha256_update(&context, digest, DIGEST_LENGTH);
+    sha256_final(digest, &context);
+    cleanse(&context, sizeof context);
+    to_hex(digest, hex);
+
+    char tail[64];
+    int tail_length = PyOS_snprintf(
+        tail, sizeof tail, "\r\ncontent-length: %zd\r\n\r\n", body_length);
+    Py_ssize_t start_length = PyBytes_GET_SIZE(start);
+    PyObject *head = PyBytes_FromStringAndSize(NULL, start_length + HEX_LENGTH + tail_length);
+    if (head == NULL) {
+        return NULL;
+    }
+    char *out = PyBytes_AS_STRING(head);
+    memcpy(out, PyBytes_AS_STRING(start), (size_t)start_length);
+    memcpy(out + start_length, hex, HEX_LENGTH);
+    memcpy(out + start_length + HEX_LENGTH, tail, (size_t)tail_length);
+    return head;
+}
+
+static PyMethodDef methods[] = {
+    {"sha256_hex", (PyCFunction)sha256_hex, METH_O, sha256_hex_doc},
+    {"sha256_state", (PyCFunction)sha256_state, METH_O, sha256_state_doc},
+    {"signed_head", (PyCFunction)(void (*)(void))signed_head, METH_FASTCALL, signed_head_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+/* Find the SHA-256 functions in the libcrypto _hashlib loaded; 0 or -1 with ImportError. */
+static int
+load_libcrypto(void)
+{
+    PyObject *hashlib = PyImport_ImportModule("_hashlib");
+    if (hashlib == NULL) {
+        return -1;
+    }
+    Py_DECREF(hashlib);
+    static const char *const sonames[] = {"libcrypto.so.3", "libcrypto.so.1.1", NULL};
+    for (int i = 0; sonames[i] != NULL; i++) {
+        void *library = dlopen(sonames[i], RTLD_NOW | RTLD_NOLOAD);
+        if (library == NULL) {
+            continue;
+        }
+        *(void **)&sha256_init = dlsym(library, "SHA256_Init");
+        *(void **)&sha256_update = dlsym(library, "SHA256_Update");
+        *(void **)&sha256_final = dlsym(library, "SHA256_Final");
+        *(void **)&cleanse = dlsym(library, "OPENSSL_cleanse");
+        /* The handle stays open: the functions are used for the process's life. */
+        if (sha256_init && sha256_update && sha256_final && cleanse) {
+            return 0;
+        }
+    }
+    PyErr_SetString(PyExc_ImportError, "no libcrypto with SHA256_Init loaded by _hashlib");
+    return -1;
+}
+
+/* SHA-256("abc") (FIPS 180-2's first example): the functions found do what they say. */
+static int
+self_test(void)
+{
+    static const char expected[] =
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+    PyObject *abc = PyBytes_FromStringAndSize("abc", 3);
+    if (abc == NULL) {
+        return -1;
+    }
+    char hex[HEX_LENGTH];
+    int failed = hex_of(abc, hex);
+    Py_DECREF(abc);
+    if (failed || memcmp(hex, expected, HEX_LENGTH) != 0) {
+        PyErr_SetString(PyExc_ImportError, "libcrypto's SHA-256 failed its self-test");
+        return -1;
+    }
+    return 0;
+}
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    "gateway._aws._sigv4_tail",
+    "The per-request tail of SigV4 signing on OpenSSL's SHA-256 (see sigv4.py).",
+    -1,
+    methods,
+};
+
+PyMODINIT_FUNC
+PyInit__sigv4_tail(void)
+{
+    if (load_libcrypto() < 0 || self_test() < 0) {
+        return NULL;
+    }
+    return PyModule_Create(&module);
+}
