@@ -11,7 +11,7 @@ is a protocol callback: no task, no future, no coroutine per request.
 ``--sign`` adds what signing costs and nothing more: each request is
 SigV4-signed by the gateway's own signer, as the sidecar signs it (a head
 presigned once per second, then the payload hash and the three hash
-updates of :meth:`PresignedHead.head`).
+updates of :meth:`PresignedHead.head`, in C where the signing tail is built).
 
 It relays the status and the body, not the fields (no request id, no
 variant), refuses nothing and measures nothing: a reference row for
