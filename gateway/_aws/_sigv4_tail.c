@@ -11,16 +11,17 @@
  * and falls back to hashlib otherwise, with the same results (tests compare
  * the two, and both with botocore).
  *
- * It uses the libcrypto that Python's own _hashlib has loaded, found at import
- * (dlopen with RTLD_NOLOAD): nothing is linked at build time, so the module
- * needs no OpenSSL headers to build, a wheel carries no copy of OpenSSL, and
- * signing uses the OpenSSL the system updates. Where no such libcrypto is
- * loaded (a Python with OpenSSL linked statically), importing it fails and
- * sigv4.py uses hashlib.
+ * It uses the libcrypto that Python's own _hashlib has loaded: sigv4.py finds
+ * its functions (gateway/_aws/_libcrypto.py, with ctypes) and hands their
+ * addresses to bind(). Nothing is linked at build time and nothing here calls
+ * the dynamic loader, so the module needs no OpenSSL headers to build, a
+ * wheel carries no copy of OpenSSL and keeps its manylinux tag (dlopen would
+ * tie it to glibc 2.34), and signing uses the OpenSSL the system updates.
+ * Where no such libcrypto is loaded (a Python with OpenSSL linked statically)
+ * nothing is bound, and sigv4.py uses hashlib.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <dlfcn.h>
 
 #define DIGEST_LENGTH 32
 #define HEX_LENGTH (2 * DIGEST_LENGTH)
@@ -54,6 +55,16 @@ to_hex(const unsigned char *digest, char *out)
     }
 }
 
+static int
+bound(void)
+{
+    if (sha256_init == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the signing tail is not bound to a libcrypto");
+        return 0;
+    }
+    return 1;
+}
+
 /* The hex SHA-256 of a buffer, into out. */
 static int
 hex_of(PyObject *data, char *out)
@@ -80,7 +91,7 @@ static PyObject *
 sha256_hex(PyObject *module, PyObject *data)
 {
     char hex[HEX_LENGTH];
-    if (hex_of(data, hex) < 0) {
+    if (!bound() || hex_of(data, hex) < 0) {
         return NULL;
     }
     return PyUnicode_FromStringAndSize(hex, HEX_LENGTH);
@@ -93,6 +104,9 @@ PyDoc_STRVAR(sha256_state_doc,
 static PyObject *
 sha256_state(PyObject *module, PyObject *data)
 {
+    if (!bound()) {
+        return NULL;
+    }
     Py_buffer view;
     if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
         return NULL;
@@ -119,6 +133,9 @@ signed_head(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4) {
         PyErr_SetString(PyExc_TypeError, "signed_head takes 4 arguments");
+        return NULL;
+    }
+    if (!bound()) {
         return NULL;
     }
     PyObject *start = args[0], *states = args[1], *payload_hash = args[2];
@@ -178,41 +195,6 @@ signed_head(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return head;
 }
 
-static PyMethodDef methods[] = {
-    {"sha256_hex", (PyCFunction)sha256_hex, METH_O, sha256_hex_doc},
-    {"sha256_state", (PyCFunction)sha256_state, METH_O, sha256_state_doc},
-    {"signed_head", (PyCFunction)(void (*)(void))signed_head, METH_FASTCALL, signed_head_doc},
-    {NULL, NULL, 0, NULL},
-};
-
-/* Find the SHA-256 functions in the libcrypto _hashlib loaded; 0 or -1 with ImportError. */
-static int
-load_libcrypto(void)
-{
-    PyObject *hashlib = PyImport_ImportModule("_hashlib");
-    if (hashlib == NULL) {
-        return -1;
-    }
-    Py_DECREF(hashlib);
-    static const char *const sonames[] = {"libcrypto.so.3", "libcrypto.so.1.1", NULL};
-    for (int i = 0; sonames[i] != NULL; i++) {
-        void *library = dlopen(sonames[i], RTLD_NOW | RTLD_NOLOAD);
-        if (library == NULL) {
-            continue;
-        }
-        *(void **)&sha256_init = dlsym(library, "SHA256_Init");
-        *(void **)&sha256_update = dlsym(library, "SHA256_Update");
-        *(void **)&sha256_final = dlsym(library, "SHA256_Final");
-        *(void **)&cleanse = dlsym(library, "OPENSSL_cleanse");
-        /* The handle stays open: the functions are used for the process's life. */
-        if (sha256_init && sha256_update && sha256_final && cleanse) {
-            return 0;
-        }
-    }
-    PyErr_SetString(PyExc_ImportError, "no libcrypto with SHA256_Init loaded by _hashlib");
-    return -1;
-}
-
 /* SHA-256("abc") (FIPS 180-2's first example): the functions found do what they say. */
 static int
 self_test(void)
@@ -233,6 +215,57 @@ self_test(void)
     return 0;
 }
 
+PyDoc_STRVAR(bind_doc,
+             "bind($module, init, update, final, cleanse, /)\n--\n\n"
+             "Use the libcrypto functions at these addresses: SHA256_Init, SHA256_Update,\n"
+             "SHA256_Final and OPENSSL_cleanse of the libcrypto Python's _hashlib loaded\n"
+             "(gateway._aws._libcrypto finds them). They must be those functions: they are\n"
+             "called as such. SHA-256(\"abc\") is checked before they are kept; on a\n"
+             "mismatch ImportError is raised and nothing is kept.");
+
+static PyObject *
+bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "bind takes 4 addresses");
+        return NULL;
+    }
+    void *addresses[4];
+    for (int i = 0; i < 4; i++) {
+        if (!PyLong_Check(args[i])) {
+            PyErr_SetString(PyExc_TypeError, "bind takes 4 addresses (int)");
+            return NULL;
+        }
+        addresses[i] = PyLong_AsVoidPtr(args[i]);
+        if (addresses[i] == NULL) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_ValueError, "a null address");
+            }
+            return NULL;
+        }
+    }
+    *(void **)&sha256_init = addresses[0];
+    *(void **)&sha256_update = addresses[1];
+    *(void **)&sha256_final = addresses[2];
+    *(void **)&cleanse = addresses[3];
+    if (self_test() < 0) {
+        sha256_init = NULL;
+        sha256_update = NULL;
+        sha256_final = NULL;
+        cleanse = NULL;
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, bind_doc},
+    {"sha256_hex", (PyCFunction)sha256_hex, METH_O, sha256_hex_doc},
+    {"sha256_state", (PyCFunction)sha256_state, METH_O, sha256_state_doc},
+    {"signed_head", (PyCFunction)(void (*)(void))signed_head, METH_FASTCALL, signed_head_doc},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     "gateway._aws._sigv4_tail",
@@ -244,8 +277,5 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__sigv4_tail(void)
 {
-    if (load_libcrypto() < 0 || self_test() < 0) {
-        return NULL;
-    }
     return PyModule_Create(&module);
 }

@@ -43,18 +43,25 @@ __all__ = [
     "payload_sha256",
 ]
 
-# The per-request tail in C (_sigv4_tail.c) where it was built and loads: the body's hash,
-# and the presigned states finished into the head, each one call with no hashlib object.
-# Without it (a pure build, no C compiler, no libcrypto to share) hashlib does the same.
-_native_hex: Callable[[bytes], str] | None
-_native_state: Callable[[bytes], bytes] | None
-_native_head: Callable[[bytes, bytes, str, int], bytes] | None
+# The per-request tail in C (_sigv4_tail.c) where it was built and binds to the libcrypto
+# hashlib loaded: the body's hash, and the presigned states finished into the head, each
+# one call with no hashlib object. Without it (a pure build, no C compiler, no shared
+# libcrypto) hashlib does the same.
+_native_hex: Callable[[bytes], str] | None = None
+_native_state: Callable[[bytes], bytes] | None = None
+_native_head: Callable[[bytes, bytes, str, int], bytes] | None = None
 try:
-    from gateway._aws._sigv4_tail import sha256_hex, sha256_state, signed_head
+    from gateway._aws import _sigv4_tail
+    from gateway._aws._libcrypto import sha256_functions
+
+    _functions = sha256_functions()
+    if _functions is not None:
+        _sigv4_tail.bind(*_functions)  # ImportError if they fail its self-test
+        _native_hex = _sigv4_tail.sha256_hex
+        _native_state = _sigv4_tail.sha256_state
+        _native_head = _sigv4_tail.signed_head
 except ImportError:
-    _native_hex = _native_state = _native_head = None
-else:
-    _native_hex, _native_state, _native_head = sha256_hex, sha256_state, signed_head
+    pass
 NATIVE_SIGNING = _native_head is not None
 
 ALGORITHM = "AWS4-HMAC-SHA256"

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway._aws import sigv4
+from gateway._aws._libcrypto import sha256_functions
 from gateway._aws.sigv4 import Credentials, SigV4Signer, payload_sha256
 from tests.gateway.aws.test_signing import botocore_sign
 
@@ -27,8 +28,27 @@ _PATH = "/endpoints/my-endpoint/invocations"
 
 
 def test_a_built_tail_is_the_one_signing() -> None:
+    """Built, it finds the libcrypto hashlib loaded here, passes its self-test and signs."""
     assert sigv4.NATIVE_SIGNING
     assert Path(tail.__file__).parent == Path(sigv4.__file__).parent
+    functions = sha256_functions()
+    assert functions is not None
+    assert all(address > 0 for address in functions)
+    tail.bind(*functions)  # binding again to the same functions: still one signing
+    assert tail.sha256_hex(b"abc") == hashlib.sha256(b"abc").hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("addresses", "error"),
+    [((1, 2, 3), TypeError), ((1, 2, 3, "4"), TypeError), ((1, 2, 3, 0), ValueError)],
+    ids=["three", "a-string", "a-null"],
+)
+def test_binding_refuses_what_is_not_four_addresses_and_keeps_its_functions(
+    addresses: tuple[object, ...], error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        tail.bind(*addresses)
+    assert tail.sha256_hex(b"abc") == hashlib.sha256(b"abc").hexdigest()
 
 
 @settings(max_examples=200, deadline=None)
