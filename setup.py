@@ -34,6 +34,8 @@ HOT_PATH = list(runpy.run_path(str(ROOT / "gateway" / "_host" / "build.py"))["HO
 # package (gateway/_hot_path__mypyc.<suffix>), so the wheel installs one top-level
 # name; the compiled modules import it by that full name.
 GROUP = "gateway._hot_path"
+# SigV4's per-request tail in C (see signing_tail).
+SIGNING_TAIL_SOURCE = "gateway/_aws/_sigv4_tail.c"
 
 # The build environment has mypy but not the runtime dependencies, so their
 # types are Any here and strict mode's complaints about Any are moot. The
@@ -49,9 +51,10 @@ BUILD_FLAGS = [
 
 
 def compiled_in_place() -> list[Path]:
-    """The compiled modules (and mypyc's shared library) beside the sources."""
+    """The compiled modules (mypyc's, its shared library, the signing tail) beside the sources."""
     shared = GROUP.replace(".", "/") + "__mypyc"
-    stems = [ROOT / source.removesuffix(".py") for source in [*HOT_PATH, shared]]
+    tail = SIGNING_TAIL_SOURCE.removesuffix(".c")
+    stems = [ROOT / source.removesuffix(".py") for source in [*HOT_PATH, shared, tail]]
     suffixes = importlib.machinery.EXTENSION_SUFFIXES
     found = (stem.with_name(stem.name + suffix) for stem in stems for suffix in suffixes)
     return [path for path in found if path.exists()]
@@ -202,21 +205,17 @@ def keep_docstrings(c_files: list[Path], paths: list[str]) -> None:
             c_file.write_text(changed)
 
 
-# SigV4's per-request tail in C, on the SHA-256 of the libcrypto Python's hashlib loaded
-# (gateway/_aws/_sigv4_tail.c): in every build but an explicitly pure one, editable
-# installs included. It links nothing and needs no OpenSSL headers. Optional: without a
-# C compiler the build goes on without it, and signing runs through hashlib, with the
-# same result.
-SIGNING_TAIL = Extension("gateway._aws._sigv4_tail", ["gateway/_aws/_sigv4_tail.c"], optional=True)
-
-
 def signing_tail() -> list[Extension]:
+    """SigV4's per-request tail in C, in every build but an explicitly pure one.
+
+    Editable installs included: it links nothing and needs no OpenSSL headers (it
+    hashes with the libcrypto Python's hashlib loaded). Optional: without a C
+    compiler the build goes on without it, and signing runs through hashlib, with
+    the same result. (A pure build's remove_in_place_builds drops an earlier one.)
+    """
     if os.environ.get("SAGEMAKER_GATEWAY_BUILD") == "pure":
-        suffixes = importlib.machinery.EXTENSION_SUFFIXES
-        for suffix in suffixes:
-            (ROOT / "gateway" / "_aws" / f"_sigv4_tail{suffix}").unlink(missing_ok=True)
         return []
-    return [SIGNING_TAIL]
+    return [Extension("gateway._aws._sigv4_tail", [SIGNING_TAIL_SOURCE], optional=True)]
 
 
 def compiled_modules() -> list[Extension]:

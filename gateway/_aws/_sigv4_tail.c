@@ -65,20 +65,30 @@ bound(void)
     return 1;
 }
 
-/* The hex SHA-256 of a buffer, into out. */
+/* A new state that has hashed a buffer's bytes; -1 with an error set if it has none. */
 static int
-hex_of(PyObject *data, char *out)
+hash_into(PyObject *data, sha256_context *context)
 {
     Py_buffer view;
     if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
         return -1;
     }
-    unsigned char digest[DIGEST_LENGTH];
-    sha256_context context;
-    sha256_init(&context);
-    sha256_update(&context, view.buf, (size_t)view.len);
-    sha256_final(digest, &context);
+    sha256_init(context);
+    sha256_update(context, view.buf, (size_t)view.len);
     PyBuffer_Release(&view);
+    return 0;
+}
+
+/* The hex SHA-256 of a buffer, into out. */
+static int
+hex_of(PyObject *data, char *out)
+{
+    sha256_context context;
+    if (hash_into(data, &context) < 0) {
+        return -1;
+    }
+    unsigned char digest[DIGEST_LENGTH];
+    sha256_final(digest, &context);
     to_hex(digest, out);
     return 0;
 }
@@ -104,17 +114,10 @@ PyDoc_STRVAR(sha256_state_doc,
 static PyObject *
 sha256_state(PyObject *module, PyObject *data)
 {
-    if (!bound()) {
-        return NULL;
-    }
-    Py_buffer view;
-    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
-        return NULL;
-    }
     sha256_context context;
-    sha256_init(&context);
-    sha256_update(&context, view.buf, (size_t)view.len);
-    PyBuffer_Release(&view);
+    if (!bound() || hash_into(data, &context) < 0) {
+        return NULL;
+    }
     PyObject *state = PyBytes_FromStringAndSize((const char *)&context, sizeof context);
     cleanse(&context, sizeof context);
     return state;
