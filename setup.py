@@ -29,13 +29,14 @@ from setuptools.command.build_ext import build_ext
 
 # The list lives in the package, which reports at run time which build it is.
 ROOT = Path(__file__).resolve().parent
-HOT_PATH = list(runpy.run_path(str(ROOT / "gateway" / "_host" / "build.py"))["HOT_PATH"])
+_BUILD = runpy.run_path(str(ROOT / "gateway" / "_host" / "build.py"))
+HOT_PATH = list(_BUILD["HOT_PATH"])
+# Small C modules of the hot path, each with a Python fallback (see native_helpers).
+NATIVE_HELPERS = list(_BUILD["NATIVE_HELPERS"])
 # mypyc's shared library, named after the group: a dotted name puts it inside the
 # package (gateway/_hot_path__mypyc.<suffix>), so the wheel installs one top-level
 # name; the compiled modules import it by that full name.
 GROUP = "gateway._hot_path"
-# SigV4's per-request tail in C (see signing_tail).
-SIGNING_TAIL_SOURCE = "gateway/_aws/_sigv4_tail.c"
 
 # The build environment has mypy but not the runtime dependencies, so their
 # types are Any here and strict mode's complaints about Any are moot. The
@@ -51,10 +52,10 @@ BUILD_FLAGS = [
 
 
 def compiled_in_place() -> list[Path]:
-    """The compiled modules (mypyc's, its shared library, the signing tail) beside the sources."""
+    """The compiled modules (mypyc's, its shared library, the C helpers) beside the sources."""
     shared = GROUP.replace(".", "/") + "__mypyc"
-    tail = SIGNING_TAIL_SOURCE.removesuffix(".c")
-    stems = [ROOT / source.removesuffix(".py") for source in [*HOT_PATH, shared, tail]]
+    helpers = [source.removesuffix(".c") for source in NATIVE_HELPERS]
+    stems = [ROOT / source.removesuffix(".py") for source in [*HOT_PATH, shared, *helpers]]
     suffixes = importlib.machinery.EXTENSION_SUFFIXES
     found = (stem.with_name(stem.name + suffix) for stem in stems for suffix in suffixes)
     return [path for path in found if path.exists()]
@@ -205,23 +206,27 @@ def keep_docstrings(c_files: list[Path], paths: list[str]) -> None:
             c_file.write_text(changed)
 
 
-def signing_tail() -> list[Extension]:
-    """SigV4's per-request tail in C, in every build but an explicitly pure one.
+def native_helpers() -> list[Extension]:
+    """The hot path's small C modules, in every build but an explicitly pure one.
 
-    Editable installs included: it links nothing and needs no OpenSSL headers (it
-    hashes with the libcrypto Python's hashlib loaded). Optional: without a C
-    compiler the build goes on without it, and signing runs through hashlib, with
-    the same result. (A pure build's remove_in_place_builds drops an earlier one.)
+    Editable installs included: they link nothing (the signing tail hashes with the
+    libcrypto Python's hashlib loaded, so it needs no OpenSSL headers). Optional:
+    without a C compiler the build goes on without them, and their Python versions
+    run, with the same results. (A pure build's remove_in_place_builds drops
+    earlier ones.)
     """
     if os.environ.get("SAGEMAKER_GATEWAY_BUILD") == "pure":
         return []
-    return [Extension("gateway._aws._sigv4_tail", [SIGNING_TAIL_SOURCE], optional=True)]
+    return [
+        Extension(source.removesuffix(".c").replace("/", "."), [source], optional=True)
+        for source in NATIVE_HELPERS
+    ]
 
 
 def compiled_modules() -> list[Extension]:
     if not wants_compiled():
         remove_in_place_builds()
-        return signing_tail()
+        return native_helpers()
     from mypyc.build import mypycify
 
     # One C file per module, so the C compiler runs on every core (build_ext above).
@@ -231,7 +236,7 @@ def compiled_modules() -> list[Extension]:
     for extension in extensions:
         extension.include_dirs.append(os.path.join("build", *GROUP.split(".")[:-1]))
     keep_docstrings(sorted((ROOT / "build").glob("__native_*.c")), list(HOT_PATH))
-    return [*extensions, *signing_tail()]
+    return [*extensions, *native_helpers()]
 
 
 setup(ext_modules=compiled_modules(), cmdclass={"build_ext": BuildExtMarkingBuildTime})

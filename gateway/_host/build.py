@@ -13,7 +13,7 @@ import importlib.machinery
 import importlib.util
 from pathlib import Path
 
-__all__ = ["HOT_PATH", "build_kind", "compiled_modules", "stale_modules"]
+__all__ = ["HOT_PATH", "NATIVE_HELPERS", "build_kind", "compiled_modules", "stale_modules"]
 
 # The modules every Gateway.invoke (or sidecar request) runs through, as setup.py paths.
 HOT_PATH = (
@@ -56,9 +56,17 @@ HOT_PATH = (
     "gateway/rtb/filter.py",
 )
 
+# Small C modules of the same path, each with a Python fallback, as setup.py paths:
+# SigV4's per-request tail, and the answer's field lines a relay copies. setup.py
+# builds them in every build but an explicitly pure one, editable installs included.
+NATIVE_HELPERS = (
+    "gateway/_aws/_sigv4_tail.c",
+    "gateway/_invoke/_field_lines.c",
+)
+
 
 def _module_name(path: str) -> str:
-    return path.removesuffix(".py").replace("/", ".")
+    return str(Path(path).with_suffix("")).replace("/", ".")
 
 
 def _origin(name: str) -> str | None:
@@ -87,14 +95,15 @@ def build_kind() -> str:
 
 
 def stale_modules() -> list[str]:
-    """Compiled hot-path modules whose source was edited after they were built."""
+    """Compiled hot-path modules (and C helpers) whose source was edited after they were built."""
     stale = []
-    for name in map(_module_name, HOT_PATH):
+    for path in (*HOT_PATH, *NATIVE_HELPERS):
+        name = _module_name(path)
         file = _origin(name)
         if file is None or not _is_extension(file):
             continue
         compiled = Path(file)
-        source = compiled.with_name(compiled.name.split(".", 1)[0] + ".py")
+        source = compiled.with_name(compiled.name.split(".", 1)[0] + Path(path).suffix)
         if source.exists() and source.stat().st_mtime > compiled.stat().st_mtime:
             stale.append(name)
     return stale

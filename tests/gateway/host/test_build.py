@@ -17,7 +17,7 @@ def test_the_hot_path_is_one_build_not_a_mix() -> None:
 
 def test_every_listed_module_exists_and_setup_reads_the_list() -> None:
     root = Path(__file__).resolve().parents[3]
-    for path in _build.HOT_PATH:
+    for path in (*_build.HOT_PATH, *_build.NATIVE_HELPERS):
         assert (root / path).is_file(), path
     assert "gateway/_host/build.py" in (root / "setup.py").read_text()
 
@@ -42,6 +42,28 @@ def test_an_edited_source_makes_its_compiled_module_stale(
     assert _build.stale_modules() == []
     os.utime(source, (3_000_000, 3_000_000))
     assert _build.stale_modules() == ["stalepkg.hot"]
+
+
+def test_an_edited_c_helper_makes_its_module_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A C helper built in place (an editable install) shadows nothing, but an edit to
+    its source does nothing until the next install: the same staleness check holds."""
+    package = tmp_path / "stalehelpers"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    source = package / "_fast.c"
+    source.write_text("/* C */\n")
+    compiled = package / f"_fast{importlib.machinery.EXTENSION_SUFFIXES[0]}"
+    compiled.write_bytes(b"")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(_build, "HOT_PATH", ())
+    monkeypatch.setattr(_build, "NATIVE_HELPERS", ("stalehelpers/_fast.c",))
+    os.utime(source, (1_000_000, 1_000_000))
+    os.utime(compiled, (2_000_000, 2_000_000))
+    assert _build.stale_modules() == []
+    os.utime(source, (3_000_000, 3_000_000))
+    assert _build.stale_modules() == ["stalehelpers._fast"]
 
 
 def test_every_compiled_module_says_so_in_its_first_lines() -> None:

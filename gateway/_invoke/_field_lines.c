@@ -1,0 +1,254 @@
+/* The field lines of a received answer head that a relay copies into its own
+ * answer: InvokeResult.field_lines / api.field_lines, in one pass over the head.
+ *
+ * The sidecar answers every relayed call with the upstream's own field lines
+ * (the request id, the variant, the content type...), copied rather than
+ * decoded and encoded again. Deciding which lines to copy, and whether copying
+ * them is safe, is a short loop per line; in compiled Python each line costs a
+ * slice, a dict look-up of a new bytes object and a list append, about 2,500
+ * instructions a line. Here the whole head costs a few hundred.
+ *
+ * gateway/_invoke/api.py binds the field names once (bind) and uses this where
+ * it loads; elsewhere its Python version runs, with the same result for every
+ * head (tests compare the two on generated heads). The rules, the Python
+ * version's:
+ *
+ * - no CR, LF or NUL in the head but its CRLF pairs (a bare CR or LF could be
+ *   split into lines differently by whoever reads the copy);
+ * - each line after the status line is a field named up to its first colon (the
+ *   whole line if it has none); a line whose name is one of the bound names,
+ *   compared as ASCII case-insensitively, is kept, others are dropped;
+ * - no kept field twice (reading the fields keeps the last one);
+ * - an empty line, or one that starts with a space or a tab (a folded field),
+ *   refuses the head unless its name is bound;
+ * - the required field (the request id) must be there, with a value that is not
+ *   all whitespace.
+ *
+ * The result is the kept lines, each ending in CRLF, in the order received; or
+ * None where any rule refuses the head.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+/* A field's bit in a 64-bit set: at most 64 names. */
+#define MAX_NAMES 64
+/* The longest name bound; SageMaker's longest is 44 bytes. */
+#define MAX_NAME_LENGTH 128
+
+static char names[MAX_NAMES][MAX_NAME_LENGTH];
+static Py_ssize_t name_lengths[MAX_NAMES];
+static int name_count = -1; /* -1: not bound */
+static int required = 0;
+
+static unsigned char
+ascii_lower(unsigned char c)
+{
+    return (c >= 'A' && c <= 'Z') ? (unsigned char)(c + ('a' - 'A')) : c;
+}
+
+/* The index of the bound name `name` is (ASCII case-insensitively), or -1. */
+static int
+name_index(const unsigned char *name, Py_ssize_t length)
+{
+    for (int i = 0; i < name_count; i++) {
+        if (name_lengths[i] != length) {
+            continue;
+        }
+        const unsigned char *bound_name = (const unsigned char *)names[i];
+        Py_ssize_t k = 0;
+        while (k < length && ascii_lower(name[k]) == bound_name[k]) {
+            k++;
+        }
+        if (k == length) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* bytes.strip()'s whitespace (Py_ISSPACE): space, \t, \n, \v, \f, \r. */
+static int
+all_whitespace(const unsigned char *value, Py_ssize_t length)
+{
+    for (Py_ssize_t k = 0; k < length; k++) {
+        unsigned char c = value[k];
+        if (!(c == ' ' || (c >= '\t' && c <= '\r'))) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Whether the head holds a CR, LF or NUL outside its CRLF pairs. */
+static int
+has_unsafe_byte(const unsigned char *head, Py_ssize_t size)
+{
+    for (Py_ssize_t i = 0; i < size; i++) {
+        unsigned char c = head[i];
+        if (c == '\r' && i + 1 < size && head[i + 1] == '\n') {
+            i++;
+        }
+        else if (c == '\r' || c == '\n' || c == '\0') {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(bind_doc,
+"bind(names, required, /)\n--\n\n"
+"Bind the field names whose lines are kept (a tuple of at most 64 lower-case\n"
+"bytes) and the index of the one a head must hold.");
+
+static PyObject *
+bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyTuple_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "bind() takes a tuple of names and an index");
+        return NULL;
+    }
+    PyObject *given = args[0];
+    Py_ssize_t count = PyTuple_GET_SIZE(given);
+    long index = PyLong_AsLong(args[1]);
+    if (index == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (count < 1 || count > MAX_NAMES || index < 0 || index >= count) {
+        PyErr_SetString(PyExc_ValueError, "bind() takes 1 to 64 names and an index among them");
+        return NULL;
+    }
+    /* Checked whole before anything is kept: a refused bind leaves the last one. */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *name = PyTuple_GET_ITEM(given, i);
+        if (!PyBytes_Check(name)) {
+            PyErr_SetString(PyExc_TypeError, "bind() takes names as bytes");
+            return NULL;
+        }
+        Py_ssize_t length = PyBytes_GET_SIZE(name);
+        const unsigned char *text = (const unsigned char *)PyBytes_AS_STRING(name);
+        if (length < 1 || length > MAX_NAME_LENGTH) {
+            PyErr_SetString(PyExc_ValueError, "bind() takes names of 1 to 128 bytes");
+            return NULL;
+        }
+        for (Py_ssize_t k = 0; k < length; k++) {
+            if (text[k] == ':' || text[k] <= ' ' || text[k] >= 127 || ascii_lower(text[k]) != text[k]) {
+                PyErr_SetString(PyExc_ValueError, "bind() takes lower-case field names");
+                return NULL;
+            }
+        }
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *name = PyTuple_GET_ITEM(given, i);
+        name_lengths[i] = PyBytes_GET_SIZE(name);
+        memcpy(names[i], PyBytes_AS_STRING(name), (size_t)name_lengths[i]);
+    }
+    name_count = (int)count;
+    required = (int)index;
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(field_lines_doc,
+"field_lines(head, /)\n--\n\n"
+"The kept field lines of a received head (status line first, without its\n"
+"final blank line), each ending in CRLF; None where copying them is refused.");
+
+static PyObject *
+field_lines(PyObject *module, PyObject *head)
+{
+    if (!PyBytes_Check(head)) {
+        PyErr_SetString(PyExc_TypeError, "field_lines() takes bytes");
+        return NULL;
+    }
+    if (name_count < 0) {
+        PyErr_SetString(PyExc_RuntimeError, "field_lines() before bind()");
+        return NULL;
+    }
+    const unsigned char *text = (const unsigned char *)PyBytes_AS_STRING(head);
+    Py_ssize_t size = PyBytes_GET_SIZE(head);
+    if (has_unsafe_byte(text, size)) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t kept_start[MAX_NAMES];
+    Py_ssize_t kept_length[MAX_NAMES];
+    int kept = 0;
+    unsigned long long seen = 0;
+    Py_ssize_t total = 0;
+    /* The status line is not a field: start after its CRLF (none: no fields). */
+    const unsigned char *end_of_status = memchr(text, '\n', (size_t)size);
+    if (end_of_status == NULL) {
+        Py_RETURN_NONE; /* no field, so no request id */
+    }
+    Py_ssize_t start = end_of_status - text + 1;
+    for (;;) {
+        /* No bare LF is left: every LF ends a CRLF pair, or the line runs to the end. */
+        const unsigned char *newline = memchr(text + start, '\n', (size_t)(size - start));
+        Py_ssize_t stop = newline == NULL ? size : (newline - text) - 1;
+        const unsigned char *line = text + start;
+        Py_ssize_t length = stop - start;
+        const unsigned char *colon = memchr(line, ':', (size_t)length);
+        Py_ssize_t name_length = colon == NULL ? length : colon - line;
+        int index = name_index(line, name_length);
+        if (index < 0) {
+            if (length == 0 || line[0] == ' ' || line[0] == '\t') {
+                Py_RETURN_NONE; /* an empty line, or a folded field */
+            }
+        }
+        else {
+            unsigned long long bit = 1ULL << index;
+            if (seen & bit) {
+                Py_RETURN_NONE; /* sent twice: reading keeps the last */
+            }
+            if (index == required) {
+                Py_ssize_t value_start = name_length + 1;
+                if (value_start >= length || all_whitespace(line + value_start, length - value_start)) {
+                    Py_RETURN_NONE;
+                }
+            }
+            seen |= bit;
+            kept_start[kept] = start;
+            kept_length[kept] = length;
+            kept++;
+            total += length + 2;
+        }
+        if (newline == NULL) {
+            break;
+        }
+        start = (newline - text) + 1;
+    }
+    if (!(seen & (1ULL << required))) {
+        Py_RETURN_NONE;
+    }
+    PyObject *lines = PyBytes_FromStringAndSize(NULL, total);
+    if (lines == NULL) {
+        return NULL;
+    }
+    char *out = PyBytes_AS_STRING(lines);
+    for (int i = 0; i < kept; i++) {
+        memcpy(out, text + kept_start[i], (size_t)kept_length[i]);
+        out += kept_length[i];
+        *out++ = '\r';
+        *out++ = '\n';
+    }
+    return lines;
+}
+
+static PyMethodDef methods[] = {
+    {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, bind_doc},
+    {"field_lines", (PyCFunction)field_lines, METH_O, field_lines_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    "gateway._invoke._field_lines",
+    "The field lines a relay copies from a received answer head (see api.field_lines).",
+    -1,
+    methods,
+};
+
+PyMODINIT_FUNC
+PyInit__field_lines(void)
+{
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,149 @@
+"""The C field lines (``gateway._invoke._field_lines``) against their Python version.
+
+Where it is built (every build but a pure one), ``field_lines`` runs it: the
+lines a relay copies from a received head. These tests hold it to
+``python_field_lines`` on generated heads (bound names in any case, unknown
+ones, folds, blank lines, repeats, stray CR, LF and NUL), so that the sidecar's
+answers do not depend on the build. A pure build has nothing to test here: there
+the tests skip, and the Python version is what every other test runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway._invoke import api
+from gateway._invoke.api import field_lines, python_field_lines
+
+native = pytest.importorskip("gateway._invoke._field_lines", reason="a pure build: no C helper")
+
+_BOUND = (
+    b"x-amzn-RequestId",
+    b"X-AMZN-REQUESTID",
+    b"Content-Type",
+    b"x-Amzn-Invoked-Production-Variant",
+    b"X-Amzn-SageMaker-Custom-Attributes",
+    b"x-amzn-sagemaker-new-session-id",
+    b"X-Amzn-SageMaker-Closed-Session-Id",
+    b"X-Amzn-SageMaker-Invoked-Routing-Reason",
+)
+_OTHER = (b"Date", b"Content-Length", b"Server", b"x-amzn-requestid2", b"x-amzn-request", b"")
+_NAMES = st.sampled_from(_BOUND + _OTHER) | st.binary(max_size=12)
+_VALUES = st.sampled_from([b"", b" ", b"\t", b" \x0b\x0c ", b"r-1", b"  a=b; c=d  "]) | st.binary(
+    max_size=16
+)
+_SEPARATORS = st.sampled_from([b":", b": ", b":\t", b" :", b""])
+_STATUS = st.sampled_from([b"HTTP/1.1 200 OK", b"HTTP/1.1 200 ", b"HTTP/1.1 424 Failed"])
+
+
+@st.composite
+def _lines(draw: st.DrawFn) -> bytes:
+    name = draw(_NAMES)
+    line = name + draw(_SEPARATORS) + draw(_VALUES)
+    if draw(st.integers(0, 9)) == 0:
+        line = draw(st.sampled_from([b" ", b"\t"])) + line  # a fold
+    return line
+
+
+@st.composite
+def _heads(draw: st.DrawFn) -> bytes:
+    lines = [draw(_STATUS), *draw(st.lists(_lines(), max_size=12))]
+    head = b"\r\n".join(lines)
+    if draw(st.integers(0, 4)) == 0 and head:
+        # A stray byte somewhere: a bare CR or LF, a NUL, or a CRLF out of place.
+        at = draw(st.integers(0, len(head)))
+        stray = draw(st.sampled_from([b"\r", b"\n", b"\0", b"\r\n", b"\n\r"]))
+        head = head[:at] + stray + head[at:]
+    return head
+
+
+def test_a_built_helper_is_the_one_used() -> None:
+    assert api.NATIVE_FIELD_LINES
+    assert Path(native.__file__).parent == Path(api.__file__).parent
+    head = b"HTTP/1.1 200 OK\r\nx-amzn-RequestId: r-1\r\nDate: d\r\nContent-Type: a/b"
+    assert field_lines(head) == b"x-amzn-RequestId: r-1\r\nContent-Type: a/b\r\n"
+    assert native.field_lines(head) == python_field_lines(head)
+
+
+@settings(max_examples=2000)
+@given(_heads())
+def test_the_c_lines_are_the_python_ones(head: bytes) -> None:
+    assert native.field_lines(head) == python_field_lines(head)
+
+
+@settings(max_examples=500)
+@given(st.binary(max_size=300))
+def test_any_bytes_give_the_python_answer(head: bytes) -> None:
+    assert native.field_lines(head) == python_field_lines(head)
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"HTTP/1.1 200 OK\r\nx-amzn-RequestId: r\r\n",  # a blank line at the end
+        b"HTTP/1.1 200 OK\r\nx-amzn-RequestId: r\r\n\r\nContent-Type: a",
+        b"HTTP/1.1 200 OK\r\n\tx-amzn-RequestId: r",  # a bound name after a fold's blank
+        b"HTTP/1.1 200 OK\r\nx-amzn-RequestId",  # a bound name with no colon
+        b"HTTP/1.1 200 OK\r\nContent-Type\r\nx-amzn-RequestId: r",
+        b"HTTP/1.1 200 OK\r\nx-amzn-RequestId:\x0b\x0c",  # whitespace only, as strip() sees it
+        b"HTTP/1.1 200 OK\r\nx-amzn-RequestId: r\xff\r\nContent-Type: \xe9",
+        b"HTTP/1.1 200 OK\r\nX-AMZN-REQUESTID\xc0: r",
+        b"HTTP/1.1 200 OK\r\nx-amzn-requestid: a\r\nx-amzn-requestid: b",
+        b"\r\nx-amzn-RequestId: r",  # an empty status line
+        b"",
+    ],
+)
+def test_edges_give_the_python_answer(head: bytes) -> None:
+    assert native.field_lines(head) == python_field_lines(head)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        (((b"a",),), TypeError),
+        (([b"a"], 0), TypeError),
+        (((b"a", "b"), 0), TypeError),
+        (((b"a",), 1), ValueError),
+        (((b"a",), -1), ValueError),
+        (((), 0), ValueError),
+        ((tuple(b"n%d" % i for i in range(65)), 0), ValueError),
+        (((b"Content-Type",), 0), ValueError),
+        (((b"a:b",), 0), ValueError),
+        (((b"a b",), 0), ValueError),
+        (((b"",), 0), ValueError),
+        (((b"a" * 129,), 0), ValueError),
+    ],
+    ids=[
+        "one-argument",
+        "a-list",
+        "a-str-name",
+        "index-past-the-end",
+        "negative-index",
+        "no-names",
+        "65-names",
+        "upper-case",
+        "a-colon",
+        "a-space",
+        "empty-name",
+        "too-long",
+    ],
+)
+def test_binding_refuses_bad_names_and_keeps_the_bound_ones(
+    arguments: tuple[object, ...], error: type[Exception]
+) -> None:
+    head = b"HTTP/1.1 200 OK\r\nx-amzn-RequestId: r-1\r\nContent-Type: a/b\r\nx-other: 1"
+    before = native.field_lines(head)
+    with pytest.raises(error):
+        native.bind(*arguments)
+    assert native.field_lines(head) == before == python_field_lines(head)
+
+
+def test_only_bytes_are_read() -> None:
+    with pytest.raises(TypeError):
+        native.field_lines("HTTP/1.1 200 OK\r\nx-amzn-RequestId: r")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        native.field_lines(bytearray(b"HTTP/1.1 200 OK\r\nx-amzn-RequestId: r"))  # type: ignore[arg-type]
