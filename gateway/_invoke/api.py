@@ -604,14 +604,14 @@ _SPELLINGS: Final = {
 # CR or LF (a line break that copying and reading could split differently), a NUL.
 _UNSAFE_BYTES: Final = b"\r\n\0"
 
-# field_lines in C (_field_lines.c) where it was built: one pass over the head, a few
-# hundred instructions where the Python version below takes about 2,500 a line.
+# field_lines in C (gateway/_http/_heads.c) where it was built: one pass over the head,
+# a few hundred instructions where the Python version below takes about 2,500 a line.
 _native_field_lines: Callable[[bytes], bytes | None] | None = None
 try:
-    from gateway._invoke import _field_lines
+    from gateway._http import _heads
 
-    _field_lines.bind(tuple(_FIELD_BITS), list(_FIELD_BITS).index(_REQUEST_ID))
-    _native_field_lines = _field_lines.field_lines
+    _heads.bind_fields(tuple(_FIELD_BITS), list(_FIELD_BITS).index(_REQUEST_ID))
+    _native_field_lines = _heads.field_lines
 except ImportError:
     pass
 NATIVE_FIELD_LINES = _native_field_lines is not None
@@ -793,7 +793,7 @@ def field_lines(raw: bytes) -> bytes | None:
 
 
 def python_field_lines(raw: bytes) -> bytes | None:
-    """:func:`field_lines` in Python: where ``_field_lines.c`` is not built, and its reference."""
+    """:func:`field_lines` in Python: where ``_heads.c`` is not built, and its reference."""
     lines = raw.split(b"\r\n")
     # Each CRLF holds one CR and one LF: with any other CR, LF or NUL in the
     # head, fewer bytes than its length less two per CRLF remain. (One scan

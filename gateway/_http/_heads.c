@@ -1,17 +1,22 @@
-/* The field lines of a received answer head that a relay copies into its own
- * answer: InvokeResult.field_lines / api.field_lines, in one pass over the head.
+/* Two scans of a received answer head, each a single pass in C where compiled
+ * Python would make several generic calls: where the head ends (head_end), and
+ * which of its field lines a relay copies into its own answer (field_lines).
+ * gateway/_http/connection.py and gateway/_invoke/api.py use them where this
+ * module was built; elsewhere their Python versions run, with the same result
+ * for every input (tests compare the two on generated heads).
  *
- * The sidecar answers every relayed call with the upstream's own field lines
- * (the request id, the variant, the content type...), copied rather than
- * decoded and encoded again. Deciding which lines to copy, and whether copying
- * them is safe, is a short loop per line; in compiled Python each line costs a
- * slice, a dict look-up of a new bytes object and a list append, about 2,500
- * instructions a line. Here the whole head costs a few hundred.
+ * head_end(data, start): where the head that starts at `start` ends, as
+ * `data.find(b"\r\n\r\n", start)`, else `data.find(b"\n\n", start)` (a server
+ * ending its lines with bare LF), else -1. bytes.find costs a method call and
+ * its search's set-up, about 2,000 instructions on a 150-byte head; memmem a
+ * tenth of that.
  *
- * gateway/_invoke/api.py binds the field names once (bind) and uses this where
- * it loads; elsewhere its Python version runs, with the same result for every
- * head (tests compare the two on generated heads). The rules, the Python
- * version's:
+ * field_lines(head): the field lines of a received head that the sidecar copies
+ * into its answer to a relayed call (the request id, the variant, the content
+ * type...), rather than decoding each field and encoding it again.
+ * InvokeResult.field_lines, whose Python version costs about 2,500 instructions
+ * a line (a slice, a dict look-up of a new bytes object, an append). api.py binds
+ * the field names once (bind_fields). The rules, the Python version's:
  *
  * - no CR, LF or NUL in the head but its CRLF pairs (a bare CR or LF could be
  *   split into lines differently by whoever reads the copy);
@@ -27,6 +32,7 @@
  * The result is the kept lines, each ending in CRLF, in the order received; or
  * None where any rule refuses the head.
  */
+#define _GNU_SOURCE /* memmem */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
@@ -96,16 +102,16 @@ has_unsafe_byte(const unsigned char *head, Py_ssize_t size)
     return 0;
 }
 
-PyDoc_STRVAR(bind_doc,
-"bind(names, required, /)\n--\n\n"
+PyDoc_STRVAR(bind_fields_doc,
+"bind_fields(names, required, /)\n--\n\n"
 "Bind the field names whose lines are kept (a tuple of at most 64 lower-case\n"
 "bytes) and the index of the one a head must hold.");
 
 static PyObject *
-bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+bind_fields(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2 || !PyTuple_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "bind() takes a tuple of names and an index");
+        PyErr_SetString(PyExc_TypeError, "bind_fields() takes a tuple of names and an index");
         return NULL;
     }
     PyObject *given = args[0];
@@ -115,25 +121,25 @@ bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     if (count < 1 || count > MAX_NAMES || index < 0 || index >= count) {
-        PyErr_SetString(PyExc_ValueError, "bind() takes 1 to 64 names and an index among them");
+        PyErr_SetString(PyExc_ValueError, "bind_fields() takes 1 to 64 names and an index among them");
         return NULL;
     }
     /* Checked whole before anything is kept: a refused bind leaves the last one. */
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *name = PyTuple_GET_ITEM(given, i);
         if (!PyBytes_Check(name)) {
-            PyErr_SetString(PyExc_TypeError, "bind() takes names as bytes");
+            PyErr_SetString(PyExc_TypeError, "bind_fields() takes names as bytes");
             return NULL;
         }
         Py_ssize_t length = PyBytes_GET_SIZE(name);
         const unsigned char *text = (const unsigned char *)PyBytes_AS_STRING(name);
         if (length < 1 || length > MAX_NAME_LENGTH) {
-            PyErr_SetString(PyExc_ValueError, "bind() takes names of 1 to 128 bytes");
+            PyErr_SetString(PyExc_ValueError, "bind_fields() takes names of 1 to 128 bytes");
             return NULL;
         }
         for (Py_ssize_t k = 0; k < length; k++) {
             if (text[k] == ':' || text[k] <= ' ' || text[k] >= 127 || ascii_lower(text[k]) != text[k]) {
-                PyErr_SetString(PyExc_ValueError, "bind() takes lower-case field names");
+                PyErr_SetString(PyExc_ValueError, "bind_fields() takes lower-case field names");
                 return NULL;
             }
         }
@@ -161,7 +167,7 @@ field_lines(PyObject *module, PyObject *head)
         return NULL;
     }
     if (name_count < 0) {
-        PyErr_SetString(PyExc_RuntimeError, "field_lines() before bind()");
+        PyErr_SetString(PyExc_RuntimeError, "field_lines() before bind_fields()");
         return NULL;
     }
     const unsigned char *text = (const unsigned char *)PyBytes_AS_STRING(head);
@@ -233,22 +239,52 @@ field_lines(PyObject *module, PyObject *head)
     return lines;
 }
 
+PyDoc_STRVAR(head_end_doc,
+"head_end(data, start, /)\n--\n\n"
+"Where the head starting at `start` ends: the first CRLF CRLF from there, else\n"
+"the first LF LF, else -1 (bytes.find's answers).");
+
+static PyObject *
+head_end(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "head_end() takes bytes and a start");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    const char *text = PyBytes_AS_STRING(args[0]);
+    Py_ssize_t size = PyBytes_GET_SIZE(args[0]);
+    if (start < 0 || start > size) {
+        PyErr_SetString(PyExc_ValueError, "head_end() takes a start within the data");
+        return NULL;
+    }
+    const char *found = memmem(text + start, (size_t)(size - start), "\r\n\r\n", 4);
+    if (found == NULL) {
+        found = memmem(text + start, (size_t)(size - start), "\n\n", 2);
+    }
+    return PyLong_FromSsize_t(found == NULL ? -1 : found - text);
+}
+
 static PyMethodDef methods[] = {
-    {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, bind_doc},
+    {"bind_fields", (PyCFunction)(void (*)(void))bind_fields, METH_FASTCALL, bind_fields_doc},
     {"field_lines", (PyCFunction)field_lines, METH_O, field_lines_doc},
+    {"head_end", (PyCFunction)(void (*)(void))head_end, METH_FASTCALL, head_end_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
-    "gateway._invoke._field_lines",
-    "The field lines a relay copies from a received answer head (see api.field_lines).",
+    "gateway._http._heads",
+    "Two scans of a received answer head: where it ends, and the field lines a relay copies.",
     -1,
     methods,
 };
 
 PyMODINIT_FUNC
-PyInit__field_lines(void)
+PyInit__heads(void)
 {
     return PyModule_Create(&module);
 }

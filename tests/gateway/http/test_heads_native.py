@@ -1,11 +1,13 @@
-"""The C field lines (``gateway._invoke._field_lines``) against their Python version.
+"""The C head scans (``gateway._http._heads``) against their Python versions.
 
-Where it is built (every build but a pure one), ``field_lines`` runs it: the
-lines a relay copies from a received head. These tests hold it to
-``python_field_lines`` on generated heads (bound names in any case, unknown
-ones, folds, blank lines, repeats, stray CR, LF and NUL), so that the sidecar's
-answers do not depend on the build. A pure build has nothing to test here: there
-the tests skip, and the Python version is what every other test runs.
+Where the module is built (every build but a pure one), the native transport
+finds each answer's head end with it, and ``field_lines`` (the lines a relay
+copies from a received head) runs it. These tests hold it to
+``python_head_end`` and ``python_field_lines`` on generated heads (bound names
+in any case, unknown ones, folds, blank lines, repeats, stray CR, LF and NUL),
+so that what the sidecar relays does not depend on the build. A pure build has
+nothing to test here: there the tests skip, and the Python versions are what
+every other test runs.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway._http import connection
+from gateway._http.connection import head_end, python_head_end
 from gateway._invoke import api
 from gateway._invoke.api import field_lines, python_field_lines
 
-native = pytest.importorskip("gateway._invoke._field_lines", reason="a pure build: no C helper")
+native = pytest.importorskip("gateway._http._heads", reason="a pure build: no C helper")
 
 _BOUND = (
     b"x-amzn-RequestId",
@@ -63,7 +67,8 @@ def _heads(draw: st.DrawFn) -> bytes:
 
 def test_a_built_helper_is_the_one_used() -> None:
     assert api.NATIVE_FIELD_LINES
-    assert Path(native.__file__).parent == Path(api.__file__).parent
+    assert connection._native_head_end is native.head_end
+    assert Path(native.__file__).parent == Path(connection.__file__).parent
     head = b"HTTP/1.1 200 OK\r\nx-amzn-RequestId: r-1\r\nDate: d\r\nContent-Type: a/b"
     assert field_lines(head) == b"x-amzn-RequestId: r-1\r\nContent-Type: a/b\r\n"
     assert native.field_lines(head) == python_field_lines(head)
@@ -138,7 +143,7 @@ def test_binding_refuses_bad_names_and_keeps_the_bound_ones(
     head = b"HTTP/1.1 200 OK\r\nx-amzn-RequestId: r-1\r\nContent-Type: a/b\r\nx-other: 1"
     before = native.field_lines(head)
     with pytest.raises(error):
-        native.bind(*arguments)
+        native.bind_fields(*arguments)
     assert native.field_lines(head) == before == python_field_lines(head)
 
 
@@ -147,3 +152,48 @@ def test_only_bytes_are_read() -> None:
         native.field_lines("HTTP/1.1 200 OK\r\nx-amzn-RequestId: r")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         native.field_lines(bytearray(b"HTTP/1.1 200 OK\r\nx-amzn-RequestId: r"))  # type: ignore[arg-type]
+
+
+_HEAD_PIECES = st.sampled_from([b"\r\n", b"\n", b"\r", b"\r\n\r\n", b"\n\n", b"a", b"ok", b":"])
+
+
+@settings(max_examples=1000)
+@given(st.lists(_HEAD_PIECES, max_size=20), st.data())
+def test_the_c_head_end_is_the_python_one(pieces: list[bytes], data: st.DataObject) -> None:
+    received = b"".join(pieces)
+    start = data.draw(st.integers(0, len(received)))
+    assert native.head_end(received, start) == python_head_end(received, start)
+    assert head_end(received, start) == python_head_end(received, start)
+
+
+@pytest.mark.parametrize(
+    ("received", "start", "end"),
+    [
+        (b"HTTP/1.1 200 OK\r\nA: b\r\n\r\nbody", 0, 21),
+        (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n\r\n", 25, 40),
+        (b"HTTP/1.1 200 OK\nA: b\n\nbody", 0, 20),
+        (b"HTTP/1.1 200 OK\nA: b\n\n\r\n\r\n", 0, 22),  # CRLF CRLF first, wherever
+        (b"HTTP/1.1 200 OK\r\nA: b\r\n", 0, -1),
+        (b"", 0, -1),
+    ],
+)
+def test_head_ends(received: bytes, start: int, end: int) -> None:
+    assert native.head_end(received, start) == end == python_head_end(received, start)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        ((b"\r\n\r\n", -1), ValueError),
+        ((b"\r\n\r\n", 5), ValueError),
+        (("\r\n\r\n", 0), TypeError),
+        ((b"\r\n\r\n", "0"), TypeError),
+        ((b"\r\n\r\n",), TypeError),
+    ],
+    ids=["negative-start", "start-past-the-end", "a-str", "a-str-start", "no-start"],
+)
+def test_head_end_refuses_what_is_not_bytes_and_a_start_within(
+    arguments: tuple[object, ...], error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        native.head_end(*arguments)
