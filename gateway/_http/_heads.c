@@ -86,22 +86,6 @@ all_whitespace(const unsigned char *value, Py_ssize_t length)
     return 1;
 }
 
-/* Whether the head holds a CR, LF or NUL outside its CRLF pairs. */
-static int
-has_unsafe_byte(const unsigned char *head, Py_ssize_t size)
-{
-    for (Py_ssize_t i = 0; i < size; i++) {
-        unsigned char c = head[i];
-        if (c == '\r' && i + 1 < size && head[i + 1] == '\n') {
-            i++;
-        }
-        else if (c == '\r' || c == '\n' || c == '\0') {
-            return 1;
-        }
-    }
-    return 0;
-}
-
 PyDoc_STRVAR(bind_fields_doc,
 "bind_fields(names, required, /)\n--\n\n"
 "Bind the field names whose lines are kept (a tuple of at most 64 lower-case\n"
@@ -172,7 +156,7 @@ field_lines(PyObject *module, PyObject *head)
     }
     const unsigned char *text = (const unsigned char *)PyBytes_AS_STRING(head);
     Py_ssize_t size = PyBytes_GET_SIZE(head);
-    if (has_unsafe_byte(text, size)) {
+    if (memchr(text, '\0', (size_t)size) != NULL) {
         Py_RETURN_NONE;
     }
     Py_ssize_t kept_start[MAX_NAMES];
@@ -180,34 +164,42 @@ field_lines(PyObject *module, PyObject *head)
     int kept = 0;
     unsigned long long seen = 0;
     Py_ssize_t total = 0;
-    /* The status line is not a field: start after its CRLF (none: no fields). */
-    const unsigned char *end_of_status = memchr(text, '\n', (size_t)size);
-    if (end_of_status == NULL) {
-        Py_RETURN_NONE; /* no field, so no request id */
-    }
-    Py_ssize_t start = end_of_status - text + 1;
-    for (;;) {
-        /* No bare LF is left: every LF ends a CRLF pair, or the line runs to the end. */
-        const unsigned char *newline = memchr(text + start, '\n', (size_t)(size - start));
-        Py_ssize_t stop = newline == NULL ? size : (newline - text) - 1;
+    /* Line by line, each found with memchr (vectorised): a line ends at an LF that a
+     * CR in the same line precedes, and holds no other CR. The first is the status line. */
+    Py_ssize_t start = 0;
+    for (int status_line = 1;; status_line = 0) {
         const unsigned char *line = text + start;
-        Py_ssize_t length = stop - start;
-        const unsigned char *colon = memchr(line, ':', (size_t)length);
-        Py_ssize_t name_length = colon == NULL ? length : colon - line;
-        int index = name_index(line, name_length);
-        if (index < 0) {
-            if (length == 0 || line[0] == ' ' || line[0] == '\t') {
+        const unsigned char *newline = memchr(line, '\n', (size_t)(size - start));
+        Py_ssize_t length;
+        if (newline == NULL) {
+            length = size - start;
+        }
+        else if (newline == line || newline[-1] != '\r') {
+            Py_RETURN_NONE; /* a bare LF */
+        }
+        else {
+            length = (newline - line) - 1;
+        }
+        if (memchr(line, '\r', (size_t)length) != NULL) {
+            Py_RETURN_NONE; /* a bare CR */
+        }
+        int index = -1;
+        const unsigned char *colon = NULL;
+        if (!status_line) {
+            colon = memchr(line, ':', (size_t)length);
+            index = name_index(line, colon == NULL ? length : colon - line);
+            if (index < 0 && (length == 0 || line[0] == ' ' || line[0] == '\t')) {
                 Py_RETURN_NONE; /* an empty line, or a folded field */
             }
         }
-        else {
+        if (index >= 0) {
             unsigned long long bit = 1ULL << index;
             if (seen & bit) {
                 Py_RETURN_NONE; /* sent twice: reading keeps the last */
             }
             if (index == required) {
-                Py_ssize_t value_start = name_length + 1;
-                if (value_start >= length || all_whitespace(line + value_start, length - value_start)) {
+                const unsigned char *value = colon == NULL ? line + length : colon + 1;
+                if (all_whitespace(value, (line + length) - value)) {
                     Py_RETURN_NONE;
                 }
             }

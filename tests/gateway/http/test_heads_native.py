@@ -55,8 +55,12 @@ def _lines(draw: st.DrawFn) -> bytes:
 
 @st.composite
 def _heads(draw: st.DrawFn) -> bytes:
-    lines = [draw(_STATUS), *draw(st.lists(_lines(), max_size=12))]
-    head = b"\r\n".join(lines)
+    fields = draw(st.lists(_lines(), max_size=12))
+    if draw(st.booleans()):
+        # Most generated heads lack a valid request id and are refused whatever else
+        # they hold: half get one, so that the other rules decide.
+        fields.insert(draw(st.integers(0, len(fields))), b"x-amzn-RequestId: r-1")
+    head = b"\r\n".join([draw(_STATUS), *fields])
     if draw(st.integers(0, 4)) == 0 and head:
         # A stray byte somewhere: a bare CR or LF, a NUL, or a CRLF out of place.
         at = draw(st.integers(0, len(head)))
@@ -98,6 +102,11 @@ def test_any_bytes_give_the_python_answer(head: bytes) -> None:
         b"HTTP/1.1 200 OK\r\nx-amzn-RequestId: r\xff\r\nContent-Type: \xe9",
         b"HTTP/1.1 200 OK\r\nX-AMZN-REQUESTID\xc0: r",
         b"HTTP/1.1 200 OK\r\nx-amzn-requestid: a\r\nx-amzn-requestid: b",
+        b"HTTP/1.1 200 OK\r\nx-amzn-RequestId: r\0",  # a NUL in a kept line
+        b"HTTP/1.1 200 OK\r\nx-amzn-RequestId: r\r\nDate: \0",  # in a dropped one
+        b"HTTP/1.1 200\0 OK\r\nx-amzn-RequestId: r",  # in the status line
+        b"HTTP/1.1 200\r OK\r\nx-amzn-RequestId: r",
+        b"HTTP/1.1 200 OK\r\nx-amzn-RequestId: r\r",
         b"\r\nx-amzn-RequestId: r",  # an empty status line
         b"",
     ],
