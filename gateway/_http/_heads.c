@@ -8,8 +8,8 @@
  * head_end(data, start): where the head that starts at `start` ends, as
  * `data.find(b"\r\n\r\n", start)`, else `data.find(b"\n\n", start)` (a server
  * ending its lines with bare LF), else -1. bytes.find costs a method call and
- * its search's set-up, about 2,000 instructions on a 150-byte head; memmem a
- * tenth of that.
+ * its search's set-up, about 2,000 instructions on a 150-byte head; a few
+ * memchr calls a tenth of that.
  *
  * field_lines(head): the field lines of a received head that the sidecar copies
  * into its answer to a relayed call (the request id, the variant, the content
@@ -32,7 +32,6 @@
  * The result is the kept lines, each ending in CRLF, in the order received; or
  * None where any rule refuses the head.
  */
-#define _GNU_SOURCE /* memmem */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
@@ -231,6 +230,25 @@ field_lines(PyObject *module, PyObject *head)
     return lines;
 }
 
+/* The first `mark` (CRLF CRLF, or LF LF) in [from, to). memchr (vectorised) finds each
+ * candidate's first byte: a head has a few line ends, so a few calls; glibc's memmem
+ * hashes its way through the whole head instead, several times the instructions. */
+static const char *
+blank_line(const char *from, const char *to, const char *mark, size_t length)
+{
+    while ((size_t)(to - from) >= length) {
+        const char *candidate = memchr(from, mark[0], (size_t)(to - from) - length + 1);
+        if (candidate == NULL) {
+            return NULL;
+        }
+        if (memcmp(candidate, mark, length) == 0) {
+            return candidate;
+        }
+        from = candidate + 1;
+    }
+    return NULL;
+}
+
 PyDoc_STRVAR(head_end_doc,
 "head_end(data, start, /)\n--\n\n"
 "Where the head starting at `start` ends: the first CRLF CRLF from there, else\n"
@@ -253,9 +271,9 @@ head_end(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "head_end() takes a start within the data");
         return NULL;
     }
-    const char *found = memmem(text + start, (size_t)(size - start), "\r\n\r\n", 4);
+    const char *found = blank_line(text + start, text + size, "\r\n\r\n", 4);
     if (found == NULL) {
-        found = memmem(text + start, (size_t)(size - start), "\n\n", 2);
+        found = blank_line(text + start, text + size, "\n\n", 2);
     }
     return PyLong_FromSsize_t(found == NULL ? -1 : found - text);
 }
