@@ -96,13 +96,6 @@ def _unsupported_version(version: str) -> _Reject:
     return _Reject(505, f"HTTP/{version} is not supported: use HTTP/1.1")
 
 
-def _merge_repeated(pairs: list[tuple[str, str]]) -> dict[str, str]:
-    merged: dict[str, str] = {}
-    for name, value in pairs:
-        merged[name] = f"{merged[name]},{value}" if name in merged else value
-    return merged
-
-
 class _ServerView(Protocol):
     """What a reader reads of its server (:class:`gateway._server.http.Server`).
 
@@ -190,6 +183,7 @@ class RequestReader:
         "_feeds",
         "_head_bytes",
         "_header_pairs",
+        "_headers",
         "_http_version",
         "_limits",
         "_line_at_start",
@@ -249,6 +243,9 @@ class RequestReader:
     def _reset_message(self) -> None:
         self._url_parts: list[bytes] = []
         self._header_pairs: list[tuple[str, str]] = []
+        # The same fields by name, a repeated one's values joined with commas: built as
+        # they come (one look-up and one store each), not from the pairs afterwards.
+        self._headers: dict[str, str] = {}
         self._body_parts: list[bytes] = []
         self._body_size = 0
         self._body_limit = self._limits.max_body_size  # this request's (see body_limits)
@@ -377,7 +374,11 @@ class RequestReader:
         lower = _HEADER_NAMES.get(name)
         if lower is None:
             lower = name.decode("latin-1").lower()
-        self._header_pairs.append((lower, value.decode("latin-1")))
+        text = value.decode("latin-1")
+        self._header_pairs.append((lower, text))
+        headers = self._headers
+        earlier = headers.get(lower)
+        headers[lower] = text if earlier is None else f"{earlier},{text}"
 
     def on_headers_complete(self) -> None:
         try:
@@ -510,18 +511,14 @@ class RequestReader:
             path, _, query = target.partition("?")
         else:
             path, query = target, ""  # the common case: no generic call to partition
-        pairs = self._header_pairs
-        headers = dict(pairs)
-        if len(headers) != len(pairs):
-            headers = _merge_repeated(pairs)
         raw_method = self._raw_method or parser.get_method()
         method = _METHODS.get(raw_method) or raw_method.decode("ascii")
         return Request(
             method,
             path,
             query,
-            headers,
-            pairs,
+            self._headers,
+            self._header_pairs,
             body,
             self._client,
             self._http_version,

@@ -127,6 +127,22 @@ async def test_a_request_read_whole_is_the_request_read_a_byte_at_a_time(
     assert len(seen["pairs"]) == request_bytes.split(b"\r\n\r\n")[0].count(b"\r\n")
 
 
+async def test_a_repeated_field_is_one_header_of_joined_values_and_each_request_has_its_own(
+    server: Server,
+) -> None:
+    """A field sent twice reads as its values joined with commas, in the order sent,
+    while the pairs keep each line; the next request on the connection starts afresh."""
+    second = b"POST /b HTTP/1.1\r\nContent-Length: 0\r\n\r\n"
+    answers = _answers(await _send(server, SDK_HEAD + second, byte_by_byte=False))
+    first, after = (orjson.loads(body) for _, body in answers)
+    attributes = "x-amzn-sagemaker-custom-attributes"
+    assert first["headers"][attributes] == "a=1 \t ,b=caf\u00e9"
+    assert [v for name, v in first["pairs"] if name == attributes] == ["a=1 \t ", "b=caf\u00e9"]
+    assert first["headers"]["weird-name_1"] == ""
+    assert after["headers"] == {"content-length": "0"}
+    assert after["pairs"] == [["content-length", "0"]]
+
+
 async def test_pipelined_requests_of_every_kind_in_one_read_are_each_answered_in_order(
     server: Server,
 ) -> None:
