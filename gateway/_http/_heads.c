@@ -1,9 +1,10 @@
-/* Two scans of a received answer head, each a single pass in C where compiled
- * Python would make several generic calls: where the head ends (head_end), and
- * which of its field lines a relay copies into its own answer (field_lines).
- * gateway/_http/connection.py and gateway/_invoke/api.py use them where this
- * module was built; elsewhere their Python versions run, with the same result
- * for every input (tests compare the two on generated heads).
+/* Scans of a received answer, each a single pass in C where compiled Python
+ * (or llhttp's callbacks) would make several generic calls: whether a read is
+ * exactly one plain answer (plain_answer, below), where a head ends (head_end),
+ * and which of its field lines a relay copies into its own answer
+ * (field_lines). gateway/_http/connection.py and gateway/_invoke/api.py use
+ * them where this module was built; elsewhere llhttp and their Python versions
+ * do the same, with the same result for every input (tests compare the two).
  *
  * head_end(data, start): where the head that starts at `start` ends, as
  * `data.find(b"\r\n\r\n", start)`, else `data.find(b"\n\n", start)` (a server
@@ -278,7 +279,163 @@ head_end(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(found == NULL ? -1 : found - text);
 }
 
+/* plain_answer: a received chunk that is exactly one plain answer, head and body.
+ *
+ * Nearly every answer a warm keep-alive socket gets is "HTTP/1.1 200", a few
+ * ordinary fields, a Content-Length and that many bytes of body, all in one
+ * read. llhttp parses it through five Python callbacks; this recognises it in
+ * one pass, and only it: a strict subset of what llhttp accepts, read as llhttp
+ * reads it (tests check both on generated answers). Anything else (another
+ * status, HTTP/1.0, a Connection, Transfer-Encoding or Upgrade field, a second
+ * Content-Length, a fold, a byte outside the plain field syntax, a head past
+ * the bounds below, a body cut short or followed by more bytes) gets -1, and
+ * the caller feeds the chunk to llhttp as before. */
+
+#define PLAIN_HEAD_MAX 8192  /* far below the transport's 64 KiB head limit */
+#define PLAIN_FIELDS_MAX 100 /* and its 128 fields */
+#define LENGTH_DIGITS_MAX 18
+
+static const char PLAIN_STATUS[] = "HTTP/1.1 200 ";
+
+/* RFC 9110's tchar: what a field name is made of. */
+static int
+is_tchar(unsigned char c)
+{
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) {
+        return 1;
+    }
+    return c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
+
+/* A field value's byte, in the plain syntax: visible ASCII, space, tab. */
+static int
+is_plain_value(unsigned char c)
+{
+    return c == '\t' || (c >= ' ' && c <= '~');
+}
+
+static int
+named(const unsigned char *name, Py_ssize_t length, const char *lower)
+{
+    Py_ssize_t k = 0;
+    for (; k < length && lower[k] != '\0'; k++) {
+        if (ascii_lower(name[k]) != (unsigned char)lower[k]) {
+            return 0;
+        }
+    }
+    return k == length && lower[k] == '\0';
+}
+
+/* The Content-Length value [value, end): OWS digits OWS, at most 18 digits; or -1. */
+static long long
+length_value(const unsigned char *value, const unsigned char *end)
+{
+    while (value < end && (*value == ' ' || *value == '\t')) {
+        value++;
+    }
+    while (end > value && (end[-1] == ' ' || end[-1] == '\t')) {
+        end--;
+    }
+    if (value == end || end - value > LENGTH_DIGITS_MAX) {
+        return -1;
+    }
+    long long length = 0;
+    for (; value < end; value++) {
+        if (*value < '0' || *value > '9') {
+            return -1;
+        }
+        length = length * 10 + (*value - '0');
+    }
+    return length;
+}
+
+/* Where the head of `data` ends (its blank line's CRLF CRLF), if `data` is exactly one
+ * plain answer; else -1. */
+static Py_ssize_t
+plain_head_end(const unsigned char *data, Py_ssize_t size)
+{
+    const Py_ssize_t status_length = (Py_ssize_t)(sizeof(PLAIN_STATUS) - 1);
+    Py_ssize_t limit = size < PLAIN_HEAD_MAX ? size : PLAIN_HEAD_MAX;
+    if (limit < status_length || memcmp(data, PLAIN_STATUS, (size_t)status_length) != 0) {
+        return -1;
+    }
+    Py_ssize_t at = status_length;
+    while (at < limit && data[at] != '\r') { /* the reason phrase */
+        if (!is_plain_value(data[at])) {
+            return -1;
+        }
+        at++;
+    }
+    long long declared = -1;
+    int fields = 0;
+    for (;;) {
+        /* At a line's CR: CRLF, then a field or the blank line. */
+        if (at + 1 >= limit || data[at] != '\r' || data[at + 1] != '\n') {
+            return -1;
+        }
+        at += 2;
+        if (at + 1 < limit && data[at] == '\r' && data[at + 1] == '\n') {
+            break; /* the blank line */
+        }
+        if (++fields > PLAIN_FIELDS_MAX) {
+            return -1;
+        }
+        const unsigned char *name = data + at;
+        while (at < limit && is_tchar(data[at])) {
+            at++;
+        }
+        Py_ssize_t name_length = (data + at) - name;
+        if (name_length == 0 || at >= limit || data[at] != ':') {
+            return -1;
+        }
+        at++;
+        const unsigned char *value = data + at;
+        while (at < limit && is_plain_value(data[at])) {
+            at++;
+        }
+        const unsigned char *value_end = data + at;
+        if (named(name, name_length, "content-length")) {
+            if (declared >= 0) {
+                return -1; /* twice: llhttp's to judge */
+            }
+            declared = length_value(value, value_end);
+            if (declared < 0) {
+                return -1;
+            }
+        }
+        else if (named(name, name_length, "transfer-encoding")
+                 || named(name, name_length, "connection")
+                 || named(name, name_length, "upgrade")) {
+            return -1; /* framing or the connection's fate: llhttp's */
+        }
+    }
+    Py_ssize_t head_end = at - 2; /* the blank line's CRLF CRLF starts at the last CR */
+    Py_ssize_t body_start = at + 2;
+    if (declared < 0 || declared != (long long)(size - body_start)) {
+        return -1;
+    }
+    return head_end;
+}
+
+PyDoc_STRVAR(plain_answer_doc,
+"plain_answer(data, /)\n--\n\n"
+"Where the head of `data` ends (its blank line's first byte), if `data` is exactly\n"
+"one plain answer: HTTP/1.1 200, plain fields, one Content-Length and that many\n"
+"bytes of body. Else -1, and llhttp is to parse it.");
+
+static PyObject *
+plain_answer(PyObject *module, PyObject *data)
+{
+    if (!PyBytes_Check(data)) {
+        PyErr_SetString(PyExc_TypeError, "plain_answer() takes bytes");
+        return NULL;
+    }
+    const unsigned char *text = (const unsigned char *)PyBytes_AS_STRING(data);
+    return PyLong_FromSsize_t(plain_head_end(text, PyBytes_GET_SIZE(data)));
+}
+
 static PyMethodDef methods[] = {
+    {"plain_answer", (PyCFunction)plain_answer, METH_O, plain_answer_doc},
     {"bind_fields", (PyCFunction)(void (*)(void))bind_fields, METH_FASTCALL, bind_fields_doc},
     {"field_lines", (PyCFunction)field_lines, METH_O, field_lines_doc},
     {"head_end", (PyCFunction)(void (*)(void))head_end, METH_FASTCALL, head_end_doc},

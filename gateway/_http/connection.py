@@ -48,13 +48,17 @@ _CAN_POLL = hasattr(select, "poll")
 _STREAM_HIGH_WATER = 1024 * 1024
 
 
-# head_end in C (_heads.c) where it was built: memmem rather than bytes.find's method
-# call and search set-up, about a tenth of the instructions on every answer.
+# The answer-head scans in C (_heads.c) where it was built. head_end: a few memchr calls
+# rather than bytes.find's method call and search set-up, a tenth of the instructions.
+# plain_answer: a read that is exactly one plain 200 answer, recognised in one pass
+# rather than through llhttp's five callbacks (see Connection._plain_answer).
 _native_head_end: Callable[[bytes, int], int] | None = None
+_native_plain_answer: Callable[[bytes], int] | None = None
 try:
     from gateway._http import _heads
 
     _native_head_end = _heads.head_end
+    _native_plain_answer = _heads.plain_answer
 except ImportError:
     pass
 
@@ -194,6 +198,8 @@ class Connection:
             return
         self._got_bytes = True
         if not self._headers_done:
+            if not self._head_chunks and self._waiter is not None and self._plain_answer(data):
+                return
             # The head is kept raw and split into headers only if someone reads
             # them: no parser callback per header.
             self._head_chunks.append(data)
@@ -209,6 +215,32 @@ class Connection:
         if self._release_pending:
             self._release_pending = False
             self._pool.release(self, self._release_keep and not self.closed)
+
+    def _plain_answer(self, data: bytes) -> bool:
+        """Answer the waiter from ``data`` if it is exactly one plain answer; False if not.
+
+        What llhttp's callbacks do with such an answer (on_headers_complete, on_body,
+        on_message_complete, the release after the feed), in one step: the parser is
+        between messages before and after, as it never saw the bytes. Only a response
+        whose first byte starts ``data`` gets here (no head is buffered), and only
+        the waiter's (a stream, or an abandoned answer, goes to the parser).
+        """
+        native = _native_plain_answer
+        if native is None:
+            return False
+        end = native(data)
+        if end < 0:
+            return False
+        self.requests_served += 1
+        self._head = head = data[:end]
+        response = RawResponse(200, None, data[end + 4 :], head)
+        waiter = self._waiter
+        self._waiter = None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(response)
+            self._settled(waiter)
+        self._pool.release(self, not self.closed)
+        return True
 
     def eof_received(self) -> bool:
         return False  # the transport closes itself; connection_lost follows

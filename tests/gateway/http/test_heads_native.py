@@ -206,3 +206,202 @@ def test_head_end_refuses_what_is_not_bytes_and_a_start_within(
 ) -> None:
     with pytest.raises(error):
         native.head_end(*arguments)
+
+
+# -- plain_answer: a read that is exactly one plain answer, against llhttp --------------
+
+_ANSWER_STATUS = st.sampled_from(
+    [
+        b"HTTP/1.1 200 OK",
+        b"HTTP/1.1 200 ",
+        b"HTTP/1.1 200",
+        b"HTTP/1.1 200 All good, thanks",
+        b"HTTP/1.1 200 O\tK",
+        b"HTTP/1.1 200 O\x80K",
+        b"HTTP/1.1 200 O\x7fK",
+        b"HTTP/1.0 200 OK",
+        b"HTTP/1.1 204 No Content",
+        b"HTTP/1.1 201 Created",
+        b"HTTP/1.1 2000 OK",
+        b"http/1.1 200 OK",
+        b"\r\nHTTP/1.1 200 OK",
+    ]
+)
+_ANSWER_FIELDS = st.sampled_from(
+    [
+        b"x-amzn-RequestId: 5a6c0e2e-3b1f",
+        b"Content-Type: application/json",
+        b"X-Amzn-Invoked-Production-Variant: AllTraffic",
+        b"Date: Sat, 05 Dec 2026 12:00:00 GMT",
+        b"x-empty:",
+        b"x-spaces:   a  b  ",
+        b"x-tab:\tv\t",
+        b"Transfer-Encoding: chunked",
+        b"Connection: close",
+        b"Connection: keep-alive",
+        b"connection: Upgrade",
+        b"Upgrade: h2c",
+        b"Keep-Alive: timeout=5",
+        b" folded: continuation",
+        b"\tfolded",
+        b"x-space-before-colon : v",
+        b"x-obs-text: caf\xe9",
+        b"x-control: a\x01b",
+        b"x-del: a\x7fb",
+        b"x-nul: a\x00b",
+        b"no-colon",
+        b": no-name",
+        b"x{brace}: v",
+    ]
+) | st.builds(
+    lambda name, value: name + b":" + value,
+    st.binary(min_size=1, max_size=8),
+    st.binary(max_size=8),
+)
+_LENGTH_VALUES = st.sampled_from(
+    [b"%d", b" %d", b"%d ", b"\t%d\t", b"0%d", b"+%d", b"%d,%d", b"%d %d", b"", b"-%d", b"0x%d"]
+)
+_ENDINGS = st.sampled_from([b"\r\n"] * 8 + [b"\n", b"\r", b"\r\r\n"])
+
+
+@st.composite
+def _answers(draw: st.DrawFn) -> bytes:
+    body = draw(st.binary(max_size=40))
+    fields = draw(st.lists(_ANSWER_FIELDS, max_size=6))
+    for _ in range(draw(st.sampled_from([1] * 6 + [0, 2]))):
+        shape = draw(_LENGTH_VALUES)
+        declared = len(body) + draw(st.sampled_from([0] * 6 + [-1, 1]))
+        value = shape.replace(b"%d", b"%d" % declared) if declared >= 0 else b"%d"
+        name = draw(st.sampled_from([b"Content-Length", b"content-length", b"CONTENT-LENGTH"]))
+        fields.insert(draw(st.integers(0, len(fields))), name + b":" + value)
+    lines = [draw(_ANSWER_STATUS), *fields]
+    head = b"".join(line + draw(_ENDINGS) for line in lines)
+    answer = head + draw(st.sampled_from([b"\r\n"] * 8 + [b"\n", b""])) + body
+    extra = draw(
+        st.sampled_from([b""] * 8 + [b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", b"x"])
+    )
+    return answer + extra
+
+
+def _llhttp_reads(data: bytes) -> list[tuple[int, bool, bytes]] | None:
+    """Each answer llhttp completes in ``data``: its status, keep-alive and body;
+    None if llhttp refuses the bytes or leaves an answer unfinished."""
+    import httptools
+
+    completed: list[tuple[int, bool, bytes]] = []
+    parts: list[bytes] = []
+    started = [0]
+
+    class Answers:
+        def on_message_begin(self) -> None:
+            started[0] += 1
+
+        def on_body(self, body: bytes) -> None:
+            parts.append(body)
+
+        def on_message_complete(self) -> None:
+            completed.append(
+                (parser.get_status_code(), parser.should_keep_alive(), b"".join(parts))
+            )
+            parts.clear()
+
+    parser = httptools.HttpResponseParser(Answers())
+    try:
+        parser.feed_data(data)
+    except httptools.HttpParserError:
+        return None
+    return completed if started[0] == len(completed) else None
+
+
+def _accepted_as_llhttp_reads_it(data: bytes) -> None:
+    end = native.plain_answer(data)
+    if end < 0:
+        return  # left to llhttp: always safe
+    assert end == python_head_end(data, 0)
+    assert _llhttp_reads(data) == [(200, True, data[end + 4 :])]
+    head_lines = data[:end].split(b"\r\n")
+    assert len(head_lines) - 1 <= connection.MAX_HEADERS and end <= connection.MAX_HEAD_BYTES
+    names = {line.partition(b":")[0].lower() for line in head_lines[1:]}
+    assert not names & {b"connection", b"transfer-encoding", b"upgrade"}
+    assert [line for line in head_lines[1:] if line.lower().startswith(b"content-length:")]
+
+
+@settings(max_examples=3000)
+@given(_answers())
+def test_a_plain_answer_is_one_llhttp_reads_the_same(data: bytes) -> None:
+    """Whatever plain_answer takes, llhttp takes too, as one 200 answer, kept alive, with
+    the same head and body and nothing after it."""
+    _accepted_as_llhttp_reads_it(data)
+
+
+@settings(max_examples=500)
+@given(st.binary(max_size=120))
+def test_any_bytes_taken_as_a_plain_answer_are_one_llhttp_reads_the_same(data: bytes) -> None:
+    _accepted_as_llhttp_reads_it(b"HTTP/1.1 200 OK\r\n" + data)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nx-amzn-RequestId: r-1\r\nContent-Type: application/json\r\n"
+        b"X-Amzn-Invoked-Production-Variant: AllTraffic\r\nDate: d\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/1.1 200 \r\ncontent-length:\t3 \r\nx-empty:\r\n\r\nabc",
+        b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5\r\nContent-Length: 1\r\n\r\n\n",
+    ],
+    ids=["minimal", "sagemaker-like", "odd-spacing", "keep-alive-field"],
+)
+def test_plain_answers_are_taken(data: bytes) -> None:
+    end = native.plain_answer(data)
+    assert end > 0
+    _accepted_as_llhttp_reads_it(data)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n",
+        b"HTTP/1.1 200 OK\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n folded\r\n\r\nok",
+        b"HTTP/1.1 200 OK\nContent-Length: 2\n\nok",
+        b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 1234567890123456789\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nx-big: " + b"v" * 9000 + b"\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\n" + b"x-a: 1\r\n" * 101 + b"Content-Length: 2\r\n\r\nok",
+    ],
+    ids=[
+        "body-short",
+        "body-long",
+        "a-second-answer-after",
+        "body-missing",
+        "head-unfinished",
+        "no-length",
+        "length-twice",
+        "chunked",
+        "connection-close",
+        "folded",
+        "bare-lf",
+        "http-1.0",
+        "204",
+        "interim-first",
+        "19-digit-length",
+        "head-past-8-kib",
+        "101-fields",
+    ],
+)
+def test_anything_else_is_left_to_llhttp(data: bytes) -> None:
+    assert native.plain_answer(data) == -1
+
+
+def test_plain_answer_reads_only_bytes() -> None:
+    with pytest.raises(TypeError):
+        native.plain_answer("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")  # type: ignore[arg-type]

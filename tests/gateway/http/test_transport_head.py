@@ -191,3 +191,72 @@ def test_the_request_id_alone_reads_as_every_field_decoded_reads_it(head: bytes)
             b"x-amzn-requestid"
         )
     )
+
+
+_PLAIN_ANSWERS = [
+    b"HTTP/1.1 200 OK\r\nx-amzn-RequestId: r-1\r\nContent-Type: application/json\r\n"
+    b'Content-Length: 7\r\n\r\n{"a":1}',
+    b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+    b"HTTP/1.1 200 Fine\r\ncontent-length:\t2 \r\nx-empty:\r\n\r\nok",
+    # Not plain (llhttp reads these whichever way they arrive): the same answers all the same.
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+    b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    b"HTTP/1.1 200 OK\r\nx-obs: caf\xe9\r\nContent-Length: 2\r\n\r\nok",
+]
+
+
+@pytest.mark.parametrize("answer", _PLAIN_ANSWERS)
+async def test_an_answer_read_whole_is_the_answer_read_in_pieces(
+    stub_server: object, make_transport: TransportFactory, answer: bytes
+) -> None:
+    """Whole in one read, a plain answer skips the parser's callbacks: it gives the same
+    status, fields and body as the same bytes read a few at a time, and the socket is
+    kept for the next call either way."""
+    in_pieces = [False]
+
+    async def reply(request: StubRequest, writer: asyncio.StreamWriter) -> bool:
+        if not in_pieces[0]:
+            writer.write(answer)
+            return True
+        for index in range(0, len(answer), 5):
+            writer.write(answer[index : index + 5])
+            await writer.drain()
+            await asyncio.sleep(0.001)
+        return True
+
+    server: StubServer = await stub_server(reply)  # type: ignore[operator]
+    transport = make_transport("native")
+    whole = await transport.request(prepared(server.url), _deadline())
+    in_pieces[0] = True
+    split = await transport.request(prepared(server.url), _deadline())
+    again = await transport.request(prepared(server.url), _deadline())
+    assert (whole.status, dict(whole.headers), whole.body) == (
+        split.status,
+        dict(split.headers),
+        split.body,
+    )
+    assert again.body == whole.body
+    assert server.accepted == 1  # one socket, reused by every call
+    await settle(transport, expected_open=1)
+
+
+async def test_a_second_answer_in_the_same_read_closes_the_socket(
+    stub_server: object, make_transport: TransportFactory
+) -> None:
+    """An answer followed by more bytes is not a plain answer: the parser reads the first,
+    finds a second nobody asked for, and the socket is not reused."""
+
+    async def twice(request: StubRequest, writer: asyncio.StreamWriter) -> bool:
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst"
+            b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond"
+        )
+        return True
+
+    server: StubServer = await stub_server(twice)  # type: ignore[operator]
+    transport = make_transport("native")
+    first = await transport.request(prepared(server.url), _deadline())
+    assert first.body == b"first"
+    again = await transport.request(prepared(server.url), _deadline())
+    assert again.body == b"first"  # a fresh socket's first answer, not the stray "second"
+    assert server.accepted == 2
