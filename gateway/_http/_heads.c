@@ -297,21 +297,25 @@ head_end(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 static const char PLAIN_STATUS[] = "HTTP/1.1 200 ";
 
-/* RFC 9110's tchar: what a field name is made of. */
-static int
-is_tchar(unsigned char c)
-{
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) {
-        return 1;
-    }
-    return c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL;
-}
+/* Each byte's classes, looked up rather than tested: a head is scanned a byte at a time. */
+#define TCHAR 1       /* RFC 9110's tchar: what a field name is made of */
+#define PLAIN_VALUE 2 /* a field value's byte in the plain syntax: visible ASCII, space, tab */
+static unsigned char byte_class[256];
 
-/* A field value's byte, in the plain syntax: visible ASCII, space, tab. */
-static int
-is_plain_value(unsigned char c)
+static void
+classify_bytes(void)
 {
-    return c == '\t' || (c >= ' ' && c <= '~');
+    for (int c = 0; c < 256; c++) {
+        unsigned char class = 0;
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+            || (c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL)) {
+            class |= TCHAR;
+        }
+        if (c == '\t' || (c >= ' ' && c <= '~')) {
+            class |= PLAIN_VALUE;
+        }
+        byte_class[c] = class;
+    }
 }
 
 static int
@@ -361,7 +365,7 @@ plain_head_end(const unsigned char *data, Py_ssize_t size)
     }
     Py_ssize_t at = status_length;
     while (at < limit && data[at] != '\r') { /* the reason phrase */
-        if (!is_plain_value(data[at])) {
+        if (!(byte_class[data[at]] & PLAIN_VALUE)) {
             return -1;
         }
         at++;
@@ -381,7 +385,7 @@ plain_head_end(const unsigned char *data, Py_ssize_t size)
             return -1;
         }
         const unsigned char *name = data + at;
-        while (at < limit && is_tchar(data[at])) {
+        while (at < limit && (byte_class[data[at]] & TCHAR)) {
             at++;
         }
         Py_ssize_t name_length = (data + at) - name;
@@ -390,7 +394,7 @@ plain_head_end(const unsigned char *data, Py_ssize_t size)
         }
         at++;
         const unsigned char *value = data + at;
-        while (at < limit && is_plain_value(data[at])) {
+        while (at < limit && (byte_class[data[at]] & PLAIN_VALUE)) {
             at++;
         }
         const unsigned char *value_end = data + at;
@@ -453,5 +457,6 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__heads(void)
 {
+    classify_bytes();
     return PyModule_Create(&module);
 }

@@ -377,6 +377,11 @@ def test_plain_answers_are_taken(data: bytes) -> None:
         b"HTTP/1.1 200 OK\r\nContent-Length: 1234567890123456789\r\n\r\nok",
         b"HTTP/1.1 200 OK\r\nx-big: " + b"v" * 9000 + b"\r\nContent-Length: 2\r\n\r\nok",
         b"HTTP/1.1 200 OK\r\n" + b"x-a: 1\r\n" * 101 + b"Content-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nx-del: a\x7fb\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nx-control: a\x01b\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nx-obs-text: caf\xe9\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nx{brace}: v\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nx-space-before-colon : v\r\nContent-Length: 2\r\n\r\nok",
     ],
     ids=[
         "body-short",
@@ -396,6 +401,11 @@ def test_plain_answers_are_taken(data: bytes) -> None:
         "19-digit-length",
         "head-past-8-kib",
         "101-fields",
+        "del-in-a-value",
+        "control-in-a-value",
+        "obs-text-in-a-value",
+        "brace-in-a-name",
+        "space-before-colon",
     ],
 )
 def test_anything_else_is_left_to_llhttp(data: bytes) -> None:
