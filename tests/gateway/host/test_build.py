@@ -22,48 +22,50 @@ def test_every_listed_module_exists_and_setup_reads_the_list() -> None:
     assert "gateway/_host/build.py" in (root / "setup.py").read_text()
 
 
+@pytest.mark.parametrize(
+    ("source_name", "listed_as"),
+    [("hot.py", "HOT_PATH"), ("_fast.c", "NATIVE_HELPERS")],
+    ids=["compiled-module", "c-helper"],
+)
 def test_an_edited_source_makes_its_compiled_module_stale(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source_name: str, listed_as: str
 ) -> None:
-    package = tmp_path / "stalepkg"
+    """A compiled module (mypyc's, or a C helper) built in place by an editable install
+    does not change when its source is edited: the staleness check names it."""
+    stem = source_name.split(".")[0]
+    # A package name of its own per case: find_spec imports the package, once a process.
+    name = f"stale{stem.strip('_')}"
+    package = tmp_path / name
     package.mkdir()
     (package / "__init__.py").write_text("")
-    source = package / "hot.py"
+    source = package / source_name
     source.write_text("X = 1\n")
-    # A file with an extension module's suffix is "the compiled hot.py": the
+    # A file with an extension module's suffix is "the compiled source": the
     # import system prefers it, and it is found but never imported here.
-    compiled = package / f"hot{importlib.machinery.EXTENSION_SUFFIXES[0]}"
-    compiled.write_bytes(b"")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(_build, "HOT_PATH", ("stalepkg/hot.py",))
-    os.utime(source, (1_000_000, 1_000_000))
-    os.utime(compiled, (2_000_000, 2_000_000))
-    assert _build.compiled_modules() == {"stalepkg.hot": True}
-    assert _build.stale_modules() == []
-    os.utime(source, (3_000_000, 3_000_000))
-    assert _build.stale_modules() == ["stalepkg.hot"]
-
-
-def test_an_edited_c_helper_makes_its_module_stale(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A C helper built in place (an editable install) shadows nothing, but an edit to
-    its source does nothing until the next install: the same staleness check holds."""
-    package = tmp_path / "stalehelpers"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    source = package / "_fast.c"
-    source.write_text("/* C */\n")
-    compiled = package / f"_fast{importlib.machinery.EXTENSION_SUFFIXES[0]}"
+    compiled = package / f"{stem}{importlib.machinery.EXTENSION_SUFFIXES[0]}"
     compiled.write_bytes(b"")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(_build, "HOT_PATH", ())
-    monkeypatch.setattr(_build, "NATIVE_HELPERS", ("stalehelpers/_fast.c",))
+    monkeypatch.setattr(_build, "NATIVE_HELPERS", ())
+    monkeypatch.setattr(_build, listed_as, (f"{name}/{source_name}",))
     os.utime(source, (1_000_000, 1_000_000))
     os.utime(compiled, (2_000_000, 2_000_000))
     assert _build.stale_modules() == []
     os.utime(source, (3_000_000, 3_000_000))
-    assert _build.stale_modules() == ["stalehelpers._fast"]
+    assert _build.stale_modules() == [f"{name}.{stem}"]
+
+
+def test_a_compiled_module_is_reported_compiled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    package = tmp_path / "builtpkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "hot.py").write_text("X = 1\n")
+    (package / f"hot{importlib.machinery.EXTENSION_SUFFIXES[0]}").write_bytes(b"")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(_build, "HOT_PATH", ("builtpkg/hot.py",))
+    assert _build.compiled_modules() == {"builtpkg.hot": True}
 
 
 def test_every_compiled_module_says_so_in_its_first_lines() -> None:
