@@ -57,11 +57,12 @@ HOT_PATH = (
 )
 
 # Small C modules of the same path, each with a Python fallback, as setup.py paths:
-# SigV4's per-request tail, and two scans of a received answer head. setup.py
+# SigV4's per-request tail, scans of a received answer, and of a plain request. setup.py
 # builds them in every build but an explicitly pure one, editable installs included.
 NATIVE_HELPERS = (
     "gateway/_aws/_sigv4_tail.c",
     "gateway/_http/_heads.c",
+    "gateway/_server/_request_heads.c",
 )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Final, Protocol
 
 import httptools
@@ -59,11 +60,26 @@ _COMMON_HEADER_NAMES = (
     "traceparent",
     "tracestate",
 )
+# One string per name, whichever spelling it came in: dicts keyed by it compare by identity.
+_LOWER_NAMES: Final = tuple(name.lower() for name in _COMMON_HEADER_NAMES)
 _HEADER_NAMES: Final = {
-    spelling.encode("latin-1"): name.lower()
-    for name in _COMMON_HEADER_NAMES
-    for spelling in (name, name.lower())
+    spelling.encode("latin-1"): lower
+    for name, lower in zip(_COMMON_HEADER_NAMES, _LOWER_NAMES, strict=True)
+    for spelling in (name, lower)
 }
+
+# A read that is exactly one plain request, in one pass in C (_request_heads.c) where it
+# was built, rather than through llhttp's callbacks (see RequestReader._plain_request).
+_PlainRequest = tuple[str, str, list[tuple[str, str]], dict[str, str], bytes]
+_native_plain_request: Callable[[bytes, int, int, int], _PlainRequest | None] | None = None
+try:
+    from gateway._server import _request_heads
+
+    # The names' strings the callbacks use, so that both paths share them.
+    _request_heads.bind_names(_LOWER_NAMES)
+    _native_plain_request = _request_heads.plain_request
+except ImportError:
+    pass
 
 # The end of an HTTP/1.1 request line, from the space after its target.
 _HTTP_1_1_LINE_END: Final = b" HTTP/1.1\r\n"
@@ -185,6 +201,7 @@ class RequestReader:
         "_header_pairs",
         "_headers",
         "_http_version",
+        "_kept_alive",
         "_limits",
         "_line_at_start",
         "_loop",
@@ -228,6 +245,8 @@ class RequestReader:
         self._line_at_start = False
         self._at_start = False
         self._http_version = "1.1"  # the current request's, checked with its head
+        # The last request asked to keep the connection: none may follow one that did not.
+        self._kept_alive = True
         self._discarded = 0  # bytes dropped by a lingering close
         self.reading_paused = False
         # Bytes read but not yet parsed because the connection said to pause.
@@ -280,6 +299,8 @@ class RequestReader:
             if self.phase == _LINGER:
                 self._discard(len(data))
             return
+        if self.phase <= _IDLE and self._plain_request(data):
+            return
         limit = self._limits.max_header_size
         # Feed in pieces so that no head byte past the limit ever reaches the
         # parser (httptools buffers a header or a URL whole, re-copying it on
@@ -312,6 +333,41 @@ class RequestReader:
                 self.backlog = data
                 self.update_reading()
                 return
+
+    def _plain_request(self, data: bytes) -> bool:
+        """Take ``data`` if it is exactly one plain request; False if not.
+
+        What llhttp's callbacks do with such a request, in one step: the same
+        ``Request``, enqueued the same way. Only between messages (the parser
+        has none under way, before or after), after a request that kept the
+        connection, and with no head check; anything else, or any limit that the
+        request comes near, goes to llhttp (``plain_request`` refuses it).
+        """
+        native = _native_plain_request
+        if native is None or not self._kept_alive or self._server.head_check is not None:
+            return False
+        limits = self._limits
+        largest = limits.max_body_size
+        body_limits = self._server.body_limits
+        if body_limits is not None and body_limits.floor < largest:
+            largest = body_limits.floor  # a larger body: its path's limit, llhttp's path
+        read = native(data, limits.max_header_size, limits.max_headers, largest)
+        if read is None:
+            return False
+        method, target, pairs, headers, body = read
+        if "?" in target:
+            path, _, query = target.partition("?")
+        else:
+            path, query = target, ""
+        request = Request(method, path, query, headers, pairs, body, self._client, "1.1", True)
+        try:
+            self._connection.enqueue(request)
+        except Exception:
+            logger.exception("handling the complete request failed")
+            self.fail(_INTERNAL_ERROR)
+            return True
+        self.phase = _IDLE
+        return True
 
     def _feed(self, data: bytes) -> bool:
         """Parse ``data``; False once parsing has stopped."""
@@ -471,7 +527,9 @@ class RequestReader:
         parts = self._body_parts
         body = parts[0] if len(parts) == 1 else b"".join(parts)
         try:
-            self._connection.enqueue(self._build_request(body))
+            request = self._build_request(body)
+            self._kept_alive = request.keep_alive
+            self._connection.enqueue(request)
         except Exception:
             raise self._callback_failed("complete request") from None
         self._reset_message()

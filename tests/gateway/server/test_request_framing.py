@@ -113,8 +113,20 @@ SDK_HEAD = (
         b"POST /a HTTP/1.0\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n",
         b"POST /a HTTP/1.1\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok",
         b"POST /chunked HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+        # Plain (each field once, plain bytes): read whole, in one pass where that is built.
+        SDK_HEAD.replace(b"x-amzn-sagemaker-custom-attributes:b=caf\xe9\r\n", b""),
+        b"POST /endpoints/e/invocations HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
     ],
-    ids=["sdk", "get", "http-1.0", "http-1.0-keep-alive", "close", "chunked"],
+    ids=[
+        "sdk",
+        "get",
+        "http-1.0",
+        "http-1.0-keep-alive",
+        "close",
+        "chunked",
+        "sdk-plain",
+        "empty-body-plain",
+    ],
 )
 async def test_a_request_read_whole_is_the_request_read_a_byte_at_a_time(
     server: Server, request_bytes: bytes
@@ -254,3 +266,33 @@ async def test_a_request_after_one_that_closes_is_not_served(
         writer.close()
     assert [status for status, _ in _answers(raw)] == [200]
     assert orjson.loads(_answers(raw)[0][1])["path"] == "/a"
+
+
+async def test_a_whole_request_read_after_one_that_closes_is_not_served() -> None:
+    """The closing request is still being answered when the next arrives, whole, in a read
+    of its own: it is not served (a plain request read whole is still read in order)."""
+    seen: list[str] = []
+
+    async def slow_first(request: Request) -> Response:
+        seen.append(request.path)
+        if request.path == "/a":
+            await asyncio.sleep(0.2)
+        return await _echo(request)
+
+    server = await start_server(slow_first, "127.0.0.1", 0, limits=LIMITS)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    raw = b""
+    try:
+        writer.write(b"POST /a HTTP/1.1\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        await asyncio.sleep(0.05)  # read, and being answered
+        writer.write(b"POST /after HTTP/1.1\r\nContent-Length: 2\r\n\r\nno")
+        while chunk := await asyncio.wait_for(reader.read(65536), 5):
+            raw += chunk
+    except ConnectionError:
+        pass  # closed with the rest unread: a reset, after the answer
+    finally:
+        writer.close()
+        await server.close(grace=1.0)
+    assert seen == ["/a"]
+    assert [orjson.loads(body)["path"] for _, body in _answers(raw)] == ["/a"]

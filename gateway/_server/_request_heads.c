@@ -1,0 +1,325 @@
+/* plain_request: a read that is exactly one plain request, in one pass.
+ *
+ * Nearly every request a sidecar reads is one POST (or GET) whole in one read:
+ * a request line, a few ordinary fields, a Content-Length and that many bytes
+ * of body. llhttp parses it through a Python callback per field and five more
+ * per message, each handed new bytes objects. This recognises that shape, and
+ * only it: a strict subset of what llhttp accepts, read as llhttp reads it
+ * (tests check both on generated requests), and builds what the server's
+ * reader would (the method, the target, the fields as pairs and by name, the
+ * body). Anything else gets None, and the reader feeds the bytes to llhttp as
+ * before: another method or version, an unusual target byte, a Connection,
+ * Transfer-Encoding, Upgrade or Expect field, a field sent twice, a fold, a
+ * byte outside visible ASCII, space and tab, a head or field count at the
+ * reader's limits, a body over the given size, cut short or followed by more.
+ *
+ * gateway/_server/parsing.py uses it where it was built and binds the field
+ * names clients send on every request (bind_names), whose lower-case strings
+ * it then shares rather than makes.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+#define MAX_NAMES 64
+#define LENGTH_DIGITS_MAX 18
+
+#define TCHAR 1       /* RFC 9110's tchar: what a field name is made of */
+#define PLAIN_VALUE 2 /* a field value's byte in the plain syntax: visible ASCII, space, tab */
+#define TARGET 4      /* a target's byte: RFC 3986's unreserved, sub-delims, ":@/?%" */
+static unsigned char byte_class[256];
+
+static PyObject *names[MAX_NAMES]; /* lower-case str, shared */
+static int name_count = 0;
+static PyObject *post_method;
+static PyObject *get_method;
+
+static void
+classify_bytes(void)
+{
+    for (int c = 0; c < 256; c++) {
+        unsigned char class = 0;
+        int alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+        if (alnum || (c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL)) {
+            class |= TCHAR;
+        }
+        if (c == '\t' || (c >= ' ' && c <= '~')) {
+            class |= PLAIN_VALUE;
+        }
+        if (alnum || (c != 0 && strchr("-._~!$&'()*+,;=:@/?%", c) != NULL)) {
+            class |= TARGET;
+        }
+        byte_class[c] = class;
+    }
+}
+
+static unsigned char
+ascii_lower(unsigned char c)
+{
+    return (c >= 'A' && c <= 'Z') ? (unsigned char)(c + ('a' - 'A')) : c;
+}
+
+/* The field name's lower-case str: a bound one, shared, or a new one. */
+static PyObject *
+lower_name(const unsigned char *name, Py_ssize_t length)
+{
+    for (int i = 0; i < name_count; i++) {
+        if (PyUnicode_GET_LENGTH(names[i]) != length) {
+            continue;
+        }
+        const Py_UCS1 *bound = PyUnicode_1BYTE_DATA(names[i]);
+        Py_ssize_t k = 0;
+        while (k < length && ascii_lower(name[k]) == bound[k]) {
+            k++;
+        }
+        if (k == length) {
+            Py_INCREF(names[i]);
+            return names[i];
+        }
+    }
+    PyObject *lower = PyUnicode_New(length, 127);
+    if (lower == NULL) {
+        return NULL;
+    }
+    Py_UCS1 *out = PyUnicode_1BYTE_DATA(lower);
+    for (Py_ssize_t k = 0; k < length; k++) {
+        out[k] = ascii_lower(name[k]);
+    }
+    return lower;
+}
+
+static int
+named(PyObject *lower, const char *expected)
+{
+    return PyUnicode_CompareWithASCIIString(lower, expected) == 0;
+}
+
+/* The Content-Length value [value, end): digits, then OWS (llhttp has stripped the
+ * leading OWS as it does every value's), at most 18 digits; or -1. */
+static long long
+length_value(const unsigned char *value, const unsigned char *end)
+{
+    while (end > value && (end[-1] == ' ' || end[-1] == '\t')) {
+        end--;
+    }
+    if (value == end || end - value > LENGTH_DIGITS_MAX) {
+        return -1;
+    }
+    long long length = 0;
+    for (; value < end; value++) {
+        if (*value < '0' || *value > '9') {
+            return -1;
+        }
+        length = length * 10 + (*value - '0');
+    }
+    return length;
+}
+
+PyDoc_STRVAR(bind_names_doc,
+"bind_names(names, /)\n--\n\n"
+"Bind the lower-case field names (a tuple of at most 64 ASCII str) whose\n"
+"strings are shared rather than made for each request.");
+
+static PyObject *
+bind_names(PyObject *module, PyObject *given)
+{
+    if (!PyTuple_Check(given)) {
+        PyErr_SetString(PyExc_TypeError, "bind_names() takes a tuple of str");
+        return NULL;
+    }
+    Py_ssize_t count = PyTuple_GET_SIZE(given);
+    if (count > MAX_NAMES) {
+        PyErr_SetString(PyExc_ValueError, "bind_names() takes at most 64 names");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *name = PyTuple_GET_ITEM(given, i);
+        if (!PyUnicode_Check(name) || !PyUnicode_IS_ASCII(name) || PyUnicode_GET_LENGTH(name) == 0) {
+            PyErr_SetString(PyExc_TypeError, "bind_names() takes non-empty ASCII str");
+            return NULL;
+        }
+        const Py_UCS1 *text = PyUnicode_1BYTE_DATA(name);
+        for (Py_ssize_t k = 0; k < PyUnicode_GET_LENGTH(name); k++) {
+            if (!(byte_class[text[k]] & TCHAR) || ascii_lower(text[k]) != text[k]) {
+                PyErr_SetString(PyExc_ValueError, "bind_names() takes lower-case field names");
+                return NULL;
+            }
+        }
+    }
+    for (int i = 0; i < name_count; i++) {
+        Py_CLEAR(names[i]);
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        names[i] = Py_NewRef(PyTuple_GET_ITEM(given, i));
+    }
+    name_count = (int)count;
+    Py_RETURN_NONE;
+}
+
+/* Reads the fields of a head from `at` (just after the request line) into pairs and
+ * headers; where the head's blank line ends, or -1 (not plain). Sets *declared. */
+static Py_ssize_t
+read_fields(const unsigned char *data, Py_ssize_t at, Py_ssize_t limit, long max_fields,
+            PyObject *pairs, PyObject *headers, long long *declared)
+{
+    long fields = 0;
+    *declared = 0;
+    for (;;) {
+        if (at + 1 < limit && data[at] == '\r' && data[at + 1] == '\n') {
+            return at + 2; /* the blank line */
+        }
+        if (++fields >= max_fields) {
+            return -1; /* at the reader's limit: llhttp's, and its 431 */
+        }
+        const unsigned char *name = data + at;
+        while (at < limit && (byte_class[data[at]] & TCHAR)) {
+            at++;
+        }
+        Py_ssize_t name_length = (data + at) - name;
+        if (name_length == 0 || at >= limit || data[at] != ':') {
+            return -1;
+        }
+        at++;
+        while (at < limit && (data[at] == ' ' || data[at] == '\t')) {
+            at++; /* llhttp drops a value's leading blanks, and keeps its trailing ones */
+        }
+        const unsigned char *value = data + at;
+        while (at < limit && (byte_class[data[at]] & PLAIN_VALUE)) {
+            at++;
+        }
+        const unsigned char *value_end = data + at;
+        if (at + 1 >= limit || data[at] != '\r' || data[at + 1] != '\n') {
+            return -1;
+        }
+        at += 2;
+        PyObject *lower = lower_name(name, name_length);
+        if (lower == NULL) {
+            return -2;
+        }
+        int refused = 0;
+        if (named(lower, "content-length")) {
+            *declared = length_value(value, value_end);
+            refused = *declared < 0;
+        }
+        else if (named(lower, "transfer-encoding") || named(lower, "connection")
+                 || named(lower, "upgrade") || named(lower, "expect")) {
+            refused = 1; /* framing, the connection's fate, or an interim answer: llhttp's */
+        }
+        int seen = refused ? 0 : PyDict_Contains(headers, lower);
+        if (refused || seen != 0) {
+            Py_DECREF(lower);
+            return seen < 0 ? -2 : -1; /* twice: the reader joins the values */
+        }
+        PyObject *text = PyUnicode_DecodeLatin1((const char *)value, value_end - value, NULL);
+        PyObject *pair = text == NULL ? NULL : PyTuple_Pack(2, lower, text);
+        int failed = pair == NULL || PyList_Append(pairs, pair) < 0
+                     || PyDict_SetItem(headers, lower, text) < 0;
+        Py_XDECREF(pair);
+        Py_XDECREF(text);
+        Py_DECREF(lower);
+        if (failed) {
+            return -2;
+        }
+    }
+}
+
+PyDoc_STRVAR(plain_request_doc,
+"plain_request(data, max_head, max_fields, max_body, /)\n--\n\n"
+"(method, target, pairs, headers, body) if `data` is exactly one plain request\n"
+"whose head is shorter than max_head bytes, with fewer than max_fields fields and\n"
+"a body of at most max_body bytes; else None, and llhttp is to parse it.");
+
+static PyObject *
+plain_request(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "plain_request() takes bytes and three limits");
+        return NULL;
+    }
+    Py_ssize_t max_head = PyLong_AsSsize_t(args[1]);
+    long max_fields = PyLong_AsLong(args[2]);
+    long long max_body = PyLong_AsLongLong(args[3]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t size = PyBytes_GET_SIZE(args[0]);
+    Py_ssize_t limit = size < max_head ? size : max_head - 1;
+    PyObject *method;
+    Py_ssize_t at;
+    if (limit > 5 && memcmp(data, "POST /", 6) == 0) {
+        method = post_method;
+        at = 5;
+    }
+    else if (limit > 4 && memcmp(data, "GET /", 5) == 0) {
+        method = get_method;
+        at = 4;
+    }
+    else {
+        Py_RETURN_NONE;
+    }
+    const unsigned char *target = data + at;
+    while (at < limit && (byte_class[data[at]] & TARGET)) {
+        at++;
+    }
+    Py_ssize_t target_length = (data + at) - target;
+    static const char version[] = " HTTP/1.1\r\n";
+    if (limit - at < (Py_ssize_t)(sizeof(version) - 1)
+        || memcmp(data + at, version, sizeof(version) - 1) != 0) {
+        Py_RETURN_NONE;
+    }
+    at += (Py_ssize_t)(sizeof(version) - 1);
+    PyObject *pairs = PyList_New(0);
+    PyObject *headers = PyDict_New();
+    PyObject *result = NULL;
+    if (pairs == NULL || headers == NULL) {
+        goto done;
+    }
+    long long declared;
+    Py_ssize_t body_start = read_fields(data, at, limit, max_fields, pairs, headers, &declared);
+    if (body_start == -2) {
+        goto done;
+    }
+    if (body_start < 0 || declared > max_body || declared != (long long)(size - body_start)) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    PyObject *target_text = PyUnicode_DecodeLatin1((const char *)target, target_length, NULL);
+    PyObject *body = PyBytes_FromStringAndSize((const char *)data + body_start, size - body_start);
+    if (target_text != NULL && body != NULL) {
+        result = PyTuple_Pack(5, method, target_text, pairs, headers, body);
+    }
+    Py_XDECREF(target_text);
+    Py_XDECREF(body);
+done:
+    Py_XDECREF(pairs);
+    Py_XDECREF(headers);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"bind_names", (PyCFunction)bind_names, METH_O, bind_names_doc},
+    {"plain_request", (PyCFunction)(void (*)(void))plain_request, METH_FASTCALL,
+     plain_request_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    "gateway._server._request_heads",
+    "A read that is exactly one plain request, in one pass (see parsing.py).",
+    -1,
+    methods,
+};
+
+PyMODINIT_FUNC
+PyInit__request_heads(void)
+{
+    classify_bytes();
+    post_method = PyUnicode_InternFromString("POST");
+    get_method = PyUnicode_InternFromString("GET");
+    if (post_method == NULL || get_method == NULL) {
+        return NULL;
+    }
+    return PyModule_Create(&module);
+}

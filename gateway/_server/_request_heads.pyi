@@ -1,0 +1,6 @@
+"""A read that is exactly one plain request, in one pass (``_request_heads.c``)."""
+
+def bind_names(names: tuple[str, ...], /) -> None: ...
+def plain_request(
+    data: bytes, max_head: int, max_fields: int, max_body: int, /
+) -> tuple[str, str, list[tuple[str, str]], dict[str, str], bytes] | None: ...

@@ -1,0 +1,262 @@
+"""The C plain-request scan (``gateway._server._request_heads``) against llhttp.
+
+Where it is built (every build but a pure one), the server's reader takes a
+read that is exactly one plain request in one C pass instead of llhttp's
+callbacks. These tests hold every request it takes to llhttp's reading of the
+same bytes (generated requests, and any bytes after a request line): one
+message, the same method, target, fields and body, kept alive. What it leaves
+to llhttp is always safe. A pure build has nothing to test here: the tests skip,
+and llhttp reads every request.
+"""
+
+from __future__ import annotations
+
+import httptools
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway._server import parsing
+
+native = pytest.importorskip("gateway._server._request_heads", reason="a pure build: no C helper")
+
+_LIMITS = (4096, 16, 10_000)  # head bytes, fields, body bytes
+
+_LINES = st.sampled_from(
+    [
+        b"POST /endpoints/my-endpoint/invocations HTTP/1.1",
+        b"POST /endpoints/e/invocations?a=1&b=%20 HTTP/1.1",
+        b"GET /ping HTTP/1.1",
+        b"POST / HTTP/1.1",
+        b"POST /a:b@c!$&'()*+,;=-._~ HTTP/1.1",
+        b"POST /a#frag HTTP/1.1",
+        b"POST /a b HTTP/1.1",
+        b"POST /caf\xe9 HTTP/1.1",
+        b'POST /a"b HTTP/1.1',
+        b"POST /a{b} HTTP/1.1",
+        b"POST http://host/a HTTP/1.1",
+        b"POST * HTTP/1.1",
+        b"POST /a HTTP/1.0",
+        b"POST /a HTTP/2.0",
+        b"POST /a  HTTP/1.1",
+        b"PUT /a HTTP/1.1",
+        b"post /a HTTP/1.1",
+        b"\r\nPOST /a HTTP/1.1",
+    ]
+)
+_FIELDS = st.sampled_from(
+    [
+        b"Host: 127.0.0.1:8080",
+        b"Content-Type: application/json",
+        b"Accept: application/json",
+        b"User-Agent: Boto3/1.34.0 md/Botocore#1.34.0 ua/2.0 os/linux#6.1 lang/python#3.11.7",
+        b"X-Amz-Date: 20261205T101010Z",
+        b"Authorization: AWS4-HMAC-SHA256 Credential=AKID/20261205/us-east-1/sagemaker/aws4",
+        b"amz-sdk-invocation-id: 3b1c2d9e-0f5a-4c8e-9a71-2f3e4d5c6b7a",
+        b"X-Amzn-SageMaker-Custom-Attributes: a=1 \t ",
+        b"x-amzn-sagemaker-custom-attributes:b",
+        b"Weird-Name_1: ",
+        b"x-empty:",
+        b"x-blanks:\t \t",
+        b"Transfer-Encoding: chunked",
+        b"Connection: close",
+        b"Connection: keep-alive",
+        b"Upgrade: h2c",
+        b"Expect: 100-continue",
+        b" folded: continuation",
+        b"x-space-before-colon : v",
+        b"x-obs-text: caf\xe9",
+        b"x-control: a\x01b",
+        b"x-del: a\x7fb",
+        b"no-colon",
+        b"x{brace}: v",
+    ]
+) | st.builds(
+    lambda name, value: name + b":" + value,
+    st.binary(min_size=1, max_size=8),
+    st.binary(max_size=8),
+)
+_LENGTH_VALUES = st.sampled_from(
+    [b"%d", b" %d", b"%d ", b"\t%d\t", b"0%d", b"+%d", b"%d,%d", b"%d %d", b"", b"-%d"]
+)
+_ENDINGS = st.sampled_from([b"\r\n"] * 8 + [b"\n", b"\r", b"\r\r\n"])
+
+
+@st.composite
+def _requests(draw: st.DrawFn) -> bytes:
+    body = draw(st.binary(max_size=40))
+    fields = draw(st.lists(_FIELDS, max_size=8))
+    for _ in range(draw(st.sampled_from([1] * 6 + [0, 2]))):
+        shape = draw(_LENGTH_VALUES)
+        declared = len(body) + draw(st.sampled_from([0] * 6 + [-1, 1]))
+        value = shape.replace(b"%d", b"%d" % declared) if declared >= 0 else b"%d"
+        name = draw(st.sampled_from([b"Content-Length", b"content-length", b"CONTENT-LENGTH"]))
+        fields.insert(draw(st.integers(0, len(fields))), name + b":" + value)
+    lines = [draw(_LINES), *fields]
+    head = b"".join(line + draw(_ENDINGS) for line in lines)
+    request = head + draw(st.sampled_from([b"\r\n"] * 8 + [b"\n", b""])) + body
+    another = b"GET /next HTTP/1.1\r\n\r\n"
+    return request + draw(st.sampled_from([b""] * 8 + [another, b"x"]))
+
+
+def _llhttp_reads(data: bytes) -> list[tuple[str, str, list[tuple[str, str]], bytes, bool]] | None:
+    """Each request llhttp completes in ``data``: method, target, fields (lower-case names,
+    as the reader keeps them), body and keep-alive; None if it refuses the bytes or leaves
+    a request unfinished."""
+    completed: list[tuple[str, str, list[tuple[str, str]], bytes, bool]] = []
+    url: list[bytes] = []
+    pairs: list[tuple[str, str]] = []
+    body: list[bytes] = []
+    started = [0]
+
+    class Requests:
+        def on_message_begin(self) -> None:
+            started[0] += 1
+
+        def on_url(self, part: bytes) -> None:
+            url.append(part)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            pairs.append((name.decode("latin-1").lower(), value.decode("latin-1")))
+
+        def on_body(self, part: bytes) -> None:
+            body.append(part)
+
+        def on_message_complete(self) -> None:
+            method = parser.get_method().decode("latin-1")
+            version = parser.get_http_version()
+            keep = parser.should_keep_alive() and version == "1.1"
+            completed.append((method, b"".join(url).decode(), list(pairs), b"".join(body), keep))
+            url.clear(), pairs.clear(), body.clear()
+
+    parser = httptools.HttpRequestParser(Requests())
+    try:
+        parser.feed_data(data)
+    except httptools.HttpParserError:
+        return None
+    return completed if started[0] == len(completed) else None
+
+
+def _taken_as_llhttp_reads_it(data: bytes) -> None:
+    read = native.plain_request(data, *_LIMITS)
+    if read is None:
+        return  # left to llhttp: always safe
+    method, target, pairs, headers, body = read
+    assert _llhttp_reads(data) == [(method, target, pairs, body, True)]
+    assert headers == dict(pairs) and len(headers) == len(pairs)  # no field twice
+    names = set(headers)
+    assert not names & {"connection", "transfer-encoding", "upgrade", "expect"}
+    assert len(pairs) < _LIMITS[1] and len(body) <= _LIMITS[2]
+    assert data.index(b"\r\n\r\n") + 4 < _LIMITS[0]
+
+
+@settings(max_examples=3000)
+@given(_requests())
+def test_a_plain_request_is_one_llhttp_reads_the_same(data: bytes) -> None:
+    _taken_as_llhttp_reads_it(data)
+
+
+@settings(max_examples=500)
+@given(st.binary(max_size=120))
+def test_any_bytes_taken_as_a_plain_request_are_one_llhttp_reads_the_same(data: bytes) -> None:
+    _taken_as_llhttp_reads_it(b"POST /a HTTP/1.1\r\n" + data)
+
+
+_SDK_REQUEST = (
+    b"POST /endpoints/my-endpoint/invocations HTTP/1.1\r\n"
+    b"Host: 127.0.0.1\r\nAccept-Encoding: identity\r\nContent-Type: application/json\r\n"
+    b"Accept: application/json\r\nUser-Agent: Boto3/1.34.0 md/Botocore#1.34.0\r\n"
+    b"X-Amz-Date: 20261205T101010Z\r\nX-Amzn-SageMaker-Custom-Attributes: a=1 \t \r\n"
+    b"amz-sdk-invocation-id: 3b1c2d9e\r\namz-sdk-request: attempt=1\r\n"
+    b"Content-Length: 11\r\n\r\nhello world"
+)
+
+
+def test_a_plain_request_gives_what_the_reader_keeps() -> None:
+    read = native.plain_request(_SDK_REQUEST, *_LIMITS)
+    assert read is not None
+    method, target, pairs, headers, body = read
+    assert (method, target, body) == ("POST", "/endpoints/my-endpoint/invocations", b"hello world")
+    assert headers["x-amzn-sagemaker-custom-attributes"] == "a=1 \t "
+    assert headers["content-length"] == "11"
+    assert [name for name, _ in pairs][:3] == ["host", "accept-encoding", "content-type"]
+    # The common names are the strings the reader's callbacks use: shared, not made.
+    common = {name: name for name in parsing._HEADER_NAMES.values()}
+    assert all(name is common[name] for name in headers if name in common)
+    _taken_as_llhttp_reads_it(_SDK_REQUEST)
+
+
+@pytest.mark.parametrize(
+    ("data", "limits"),
+    [
+        (_SDK_REQUEST[:-1], _LIMITS),
+        (_SDK_REQUEST + b"!", _LIMITS),
+        (_SDK_REQUEST + b"GET /next HTTP/1.1\r\n\r\n", _LIMITS),
+        (_SDK_REQUEST, (len(_SDK_REQUEST) - 11, 16, 10_000)),  # the head at the byte limit
+        (_SDK_REQUEST, (4096, 10, 10_000)),  # ten fields: at the field limit
+        (_SDK_REQUEST, (4096, 16, 10)),  # the body over the size given
+        (_SDK_REQUEST.replace(b"HTTP/1.1", b"HTTP/1.0"), _LIMITS),
+        (_SDK_REQUEST.replace(b"POST", b"PUT"), _LIMITS),
+        (_SDK_REQUEST.replace(b"Accept:", b"accept-encoding:"), _LIMITS),
+        (_SDK_REQUEST.replace(b"Accept:", b"Expect: 100-continue\r\nX:"), _LIMITS),
+        (_SDK_REQUEST.replace(b"Accept:", b"Connection: keep-alive\r\nX:"), _LIMITS),
+        (_SDK_REQUEST.replace(b"Accept:", b"Transfer-Encoding: chunked\r\nX:"), _LIMITS),
+        (_SDK_REQUEST.replace(b"Accept:", b"Upgrade: h2c\r\nX:"), _LIMITS),
+        (_SDK_REQUEST.replace(b"Content-Length: 11", b"Content-Length: 1 1"), _LIMITS),
+        (_SDK_REQUEST.replace(b"identity", b"caf\xe9"), _LIMITS),
+        (_SDK_REQUEST.replace(b"identity", b"a\x7fb"), _LIMITS),
+        (_SDK_REQUEST.replace(b"/invocations", b"/invoc ations"), _LIMITS),
+        (_SDK_REQUEST.replace(b"/invocations", b"/invocations#x"), _LIMITS),
+        (_SDK_REQUEST.replace(b"\r\nAccept:", b"\r\n Accept:"), _LIMITS),
+        (_SDK_REQUEST.replace(b"\r\n", b"\n"), _LIMITS),
+    ],
+    ids=[
+        "body-short",
+        "body-long",
+        "a-second-request-after",
+        "head-at-the-byte-limit",
+        "at-the-field-limit",
+        "body-over-the-size-given",
+        "http-1.0",
+        "put",
+        "a-field-twice",
+        "expect",
+        "connection",
+        "chunked",
+        "upgrade",
+        "length-not-digits",
+        "obs-text-in-a-value",
+        "del-in-a-value",
+        "space-in-the-target",
+        "fragment",
+        "folded",
+        "bare-lf",
+    ],
+)
+def test_anything_else_is_left_to_llhttp(data: bytes, limits: tuple[int, int, int]) -> None:
+    assert native.plain_request(data, *limits) is None
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        (("POST / HTTP/1.1\r\n\r\n", 10, 10, 10), TypeError),
+        ((b"POST / HTTP/1.1\r\n\r\n", 10, 10), TypeError),
+        ((b"POST / HTTP/1.1\r\n\r\n", "10", 10, 10), TypeError),
+    ],
+    ids=["a-str", "three-arguments", "a-str-limit"],
+)
+def test_plain_request_refuses_bad_arguments(arguments: tuple[object, ...], error: type) -> None:
+    with pytest.raises(error):
+        native.plain_request(*arguments)
+
+
+@pytest.mark.parametrize(
+    ("names", "error"),
+    [(["a"], TypeError), ((b"a",), TypeError), (("A",), ValueError), (("a b",), ValueError)],
+    ids=["a-list", "bytes", "upper-case", "a-space"],
+)
+def test_binding_refuses_what_is_not_lower_case_names(names: object, error: type) -> None:
+    with pytest.raises(error):
+        native.bind_names(names)
+    test_a_plain_request_gives_what_the_reader_keeps()  # the bound names still hold
