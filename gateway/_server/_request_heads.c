@@ -88,11 +88,23 @@ lower_name(const unsigned char *name, Py_ssize_t length)
     return lower;
 }
 
+/* Whether the field name is `lower` (a lower-case literal), ASCII case-insensitively:
+ * compared on the received bytes, before any string is made for it. */
 static int
-named(PyObject *lower, const char *expected)
+named(const unsigned char *name, Py_ssize_t length, const char *lower, Py_ssize_t lower_length)
 {
-    return PyUnicode_CompareWithASCIIString(lower, expected) == 0;
+    if (length != lower_length) {
+        return 0;
+    }
+    for (Py_ssize_t k = 0; k < length; k++) {
+        if (ascii_lower(name[k]) != (unsigned char)lower[k]) {
+            return 0;
+        }
+    }
+    return 1;
 }
+
+#define NAMED(name, length, literal) named(name, length, literal, (Py_ssize_t)sizeof(literal) - 1)
 
 /* The Content-Length value [value, end): digits, then OWS (llhttp has stripped the
  * leading OWS as it does every value's), at most 18 digits; or -1. */
@@ -192,33 +204,36 @@ read_fields(const unsigned char *data, Py_ssize_t at, Py_ssize_t limit, long max
             return -1;
         }
         at += 2;
-        PyObject *lower = lower_name(name, name_length);
-        if (lower == NULL) {
-            return -2;
-        }
-        int refused = 0;
-        if (named(lower, "content-length")) {
+        if (NAMED(name, name_length, "content-length")) {
             *declared = length_value(value, value_end);
-            refused = *declared < 0;
+            if (*declared < 0) {
+                return -1;
+            }
         }
-        else if (named(lower, "transfer-encoding") || named(lower, "connection")
-                 || named(lower, "upgrade") || named(lower, "expect")) {
-            refused = 1; /* framing, the connection's fate, or an interim answer: llhttp's */
+        else if (NAMED(name, name_length, "transfer-encoding")
+                 || NAMED(name, name_length, "connection") || NAMED(name, name_length, "upgrade")
+                 || NAMED(name, name_length, "expect")) {
+            return -1; /* framing, the connection's fate, or an interim answer: llhttp's */
         }
-        int seen = refused ? 0 : PyDict_Contains(headers, lower);
-        if (refused || seen != 0) {
-            Py_DECREF(lower);
-            return seen < 0 ? -2 : -1; /* twice: the reader joins the values */
-        }
-        PyObject *text = PyUnicode_DecodeLatin1((const char *)value, value_end - value, NULL);
-        PyObject *pair = text == NULL ? NULL : PyTuple_Pack(2, lower, text);
-        int failed = pair == NULL || PyList_Append(pairs, pair) < 0
-                     || PyDict_SetItem(headers, lower, text) < 0;
+        PyObject *lower = lower_name(name, name_length);
+        PyObject *text = lower == NULL ? NULL
+                         : PyUnicode_DecodeLatin1((const char *)value, value_end - value, NULL);
+        /* One look-up: a name there already leaves the dict's size as it was (the value
+         * returned cannot tell: equal short strings can be one cached object). */
+        Py_ssize_t before = PyDict_GET_SIZE(headers);
+        PyObject *kept = text == NULL ? NULL : PyDict_SetDefault(headers, lower, text);
+        int twice = kept != NULL && PyDict_GET_SIZE(headers) == before;
+        PyObject *pair = kept == NULL || twice ? NULL : PyTuple_Pack(2, lower, text);
+        int failed = kept == NULL || (pair == NULL && !twice)
+                     || (pair != NULL && PyList_Append(pairs, pair) < 0);
         Py_XDECREF(pair);
         Py_XDECREF(text);
-        Py_DECREF(lower);
+        Py_XDECREF(lower);
         if (failed) {
             return -2;
+        }
+        if (twice) {
+            return -1; /* the reader joins the values: llhttp's path */
         }
     }
 }
