@@ -33,6 +33,7 @@ _BUILD = runpy.run_path(str(ROOT / "gateway" / "_host" / "build.py"))
 HOT_PATH = list(_BUILD["HOT_PATH"])
 # Small C modules of the hot path, each with a Python fallback (see native_helpers).
 NATIVE_HELPERS = list(_BUILD["NATIVE_HELPERS"])
+headers_of = _BUILD["headers_of"]
 # mypyc's shared library, named after the group: a dotted name puts it inside the
 # package (gateway/_hot_path__mypyc.<suffix>), so the wheel installs one top-level
 # name; the compiled modules import it by that full name.
@@ -218,7 +219,12 @@ def native_helpers() -> list[Extension]:
     if os.environ.get("SAGEMAKER_GATEWAY_BUILD") == "pure":
         return []
     return [
-        Extension(source.removesuffix(".c").replace("/", "."), [source], optional=True)
+        Extension(
+            source.removesuffix(".c").replace("/", "."),
+            [source],
+            depends=headers_of(source),  # an edited header rebuilds its includers
+            optional=True,
+        )
         for source in NATIVE_HELPERS
     ]
 

@@ -13,7 +13,15 @@ import importlib.machinery
 import importlib.util
 from pathlib import Path
 
-__all__ = ["HOT_PATH", "NATIVE_HELPERS", "build_kind", "compiled_modules", "stale_modules"]
+__all__ = [
+    "HOT_PATH",
+    "NATIVE_HEADERS",
+    "NATIVE_HELPERS",
+    "build_kind",
+    "compiled_modules",
+    "headers_of",
+    "stale_modules",
+]
 
 # The modules every Gateway.invoke (or sidecar request) runs through, as setup.py paths.
 HOT_PATH = (
@@ -64,6 +72,16 @@ NATIVE_HELPERS = (
     "gateway/_http/_heads.c",
     "gateway/_server/_request_heads.c",
 )
+# What C helpers include from the package, and which: the plain HTTP syntax of both fast
+# paths. An edit to one is an edit to each helper that includes it.
+NATIVE_HEADERS = {
+    "gateway/_http/_plain_syntax.h": ("gateway/_http/_heads.c", "gateway/_server/_request_heads.c"),
+}
+
+
+def headers_of(helper: str) -> list[str]:
+    """The package's headers the C helper ``helper`` (a setup.py path) includes."""
+    return [header for header, includers in NATIVE_HEADERS.items() if helper in includers]
 
 
 def _module_name(path: str) -> str:
@@ -98,6 +116,7 @@ def build_kind() -> str:
 def stale_modules() -> list[str]:
     """Compiled hot-path modules (and C helpers) whose source was edited after they were built."""
     stale = []
+    root = Path(__file__).resolve().parents[2]
     for path in (*HOT_PATH, *NATIVE_HELPERS):
         name = _module_name(path)
         file = _origin(name)
@@ -105,6 +124,8 @@ def stale_modules() -> list[str]:
             continue
         compiled = Path(file)
         source = compiled.with_name(compiled.name.split(".", 1)[0] + Path(path).suffix)
-        if source.exists() and source.stat().st_mtime > compiled.stat().st_mtime:
+        inputs = [source, *(root / header for header in headers_of(path))]
+        built = compiled.stat().st_mtime
+        if any(each.exists() and each.stat().st_mtime > built for each in inputs):
             stale.append(name)
     return stale

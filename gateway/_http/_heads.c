@@ -37,6 +37,8 @@
 #include <Python.h>
 #include <string.h>
 
+#include "_plain_syntax.h"
+
 /* A field's bit in a 64-bit set: at most 64 names. */
 #define MAX_NAMES 64
 /* The longest name bound; SageMaker's longest is 44 bytes. */
@@ -46,12 +48,6 @@ static char names[MAX_NAMES][MAX_NAME_LENGTH];
 static Py_ssize_t name_lengths[MAX_NAMES];
 static int name_count = -1; /* -1: not bound */
 static int required = 0;
-
-static unsigned char
-ascii_lower(unsigned char c)
-{
-    return (c >= 'A' && c <= 'Z') ? (unsigned char)(c + ('a' - 'A')) : c;
-}
 
 /* The index of the bound name `name` is (ASCII case-insensitively), or -1. */
 static int
@@ -293,65 +289,7 @@ head_end(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 #define PLAIN_HEAD_MAX 8192  /* far below the transport's 64 KiB head limit */
 #define PLAIN_FIELDS_MAX 100 /* and its 128 fields */
-#define LENGTH_DIGITS_MAX 18
-
 static const char PLAIN_STATUS[] = "HTTP/1.1 200 ";
-
-/* Each byte's classes, looked up rather than tested: a head is scanned a byte at a time. */
-#define TCHAR 1       /* RFC 9110's tchar: what a field name is made of */
-#define PLAIN_VALUE 2 /* a field value's byte in the plain syntax: visible ASCII, space, tab */
-static unsigned char byte_class[256];
-
-static void
-classify_bytes(void)
-{
-    for (int c = 0; c < 256; c++) {
-        unsigned char class = 0;
-        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
-            || (c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL)) {
-            class |= TCHAR;
-        }
-        if (c == '\t' || (c >= ' ' && c <= '~')) {
-            class |= PLAIN_VALUE;
-        }
-        byte_class[c] = class;
-    }
-}
-
-static int
-named(const unsigned char *name, Py_ssize_t length, const char *lower)
-{
-    Py_ssize_t k = 0;
-    for (; k < length && lower[k] != '\0'; k++) {
-        if (ascii_lower(name[k]) != (unsigned char)lower[k]) {
-            return 0;
-        }
-    }
-    return k == length && lower[k] == '\0';
-}
-
-/* The Content-Length value [value, end): OWS digits OWS, at most 18 digits; or -1. */
-static long long
-length_value(const unsigned char *value, const unsigned char *end)
-{
-    while (value < end && (*value == ' ' || *value == '\t')) {
-        value++;
-    }
-    while (end > value && (end[-1] == ' ' || end[-1] == '\t')) {
-        end--;
-    }
-    if (value == end || end - value > LENGTH_DIGITS_MAX) {
-        return -1;
-    }
-    long long length = 0;
-    for (; value < end; value++) {
-        if (*value < '0' || *value > '9') {
-            return -1;
-        }
-        length = length * 10 + (*value - '0');
-    }
-    return length;
-}
 
 /* Where the head of `data` ends (its blank line's CRLF CRLF), if `data` is exactly one
  * plain answer; else -1. */
@@ -370,47 +308,28 @@ plain_head_end(const unsigned char *data, Py_ssize_t size)
         }
         at++;
     }
+    if (!blank_line_at(data, at, limit)) {
+        return -1; /* the status line's CRLF */
+    }
+    at += 2;
     long long declared = -1;
     int fields = 0;
-    for (;;) {
-        /* At a line's CR: CRLF, then a field or the blank line. */
-        if (at + 1 >= limit || data[at] != '\r' || data[at + 1] != '\n') {
+    while (!blank_line_at(data, at, limit)) {
+        plain_field field;
+        if (++fields > PLAIN_FIELDS_MAX || (at = read_plain_field(data, at, limit, &field)) < 0) {
             return -1;
         }
-        at += 2;
-        if (at + 1 < limit && data[at] == '\r' && data[at + 1] == '\n') {
-            break; /* the blank line */
-        }
-        if (++fields > PLAIN_FIELDS_MAX) {
-            return -1;
-        }
-        const unsigned char *name = data + at;
-        while (at < limit && (byte_class[data[at]] & TCHAR)) {
-            at++;
-        }
-        Py_ssize_t name_length = (data + at) - name;
-        if (name_length == 0 || at >= limit || data[at] != ':') {
-            return -1;
-        }
-        at++;
-        const unsigned char *value = data + at;
-        while (at < limit && (byte_class[data[at]] & PLAIN_VALUE)) {
-            at++;
-        }
-        const unsigned char *value_end = data + at;
-        if (named(name, name_length, "content-length")) {
+        if (NAMED(field.name, field.name_length, "content-length")) {
             if (declared >= 0) {
                 return -1; /* twice: llhttp's to judge */
             }
-            declared = length_value(value, value_end);
+            declared = length_value(field.value, field.value_end);
             if (declared < 0) {
                 return -1;
             }
         }
-        else if (named(name, name_length, "transfer-encoding")
-                 || named(name, name_length, "connection")
-                 || named(name, name_length, "upgrade")) {
-            return -1; /* framing or the connection's fate: llhttp's */
+        else if (framing_field(&field)) {
+            return -1;
         }
     }
     Py_ssize_t head_end = at - 2; /* the blank line's CRLF CRLF starts at the last CR */

@@ -21,43 +21,14 @@
 #include <Python.h>
 #include <string.h>
 
-#define MAX_NAMES 64
-#define LENGTH_DIGITS_MAX 18
+#include "../_http/_plain_syntax.h"
 
-#define TCHAR 1       /* RFC 9110's tchar: what a field name is made of */
-#define PLAIN_VALUE 2 /* a field value's byte in the plain syntax: visible ASCII, space, tab */
-#define TARGET 4      /* a target's byte: RFC 3986's unreserved, sub-delims, ":@/?%" */
-static unsigned char byte_class[256];
+#define MAX_NAMES 64
 
 static PyObject *names[MAX_NAMES]; /* lower-case str, shared */
 static int name_count = 0;
 static PyObject *post_method;
 static PyObject *get_method;
-
-static void
-classify_bytes(void)
-{
-    for (int c = 0; c < 256; c++) {
-        unsigned char class = 0;
-        int alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-        if (alnum || (c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL)) {
-            class |= TCHAR;
-        }
-        if (c == '\t' || (c >= ' ' && c <= '~')) {
-            class |= PLAIN_VALUE;
-        }
-        if (alnum || (c != 0 && strchr("-._~!$&'()*+,;=:@/?%", c) != NULL)) {
-            class |= TARGET;
-        }
-        byte_class[c] = class;
-    }
-}
-
-static unsigned char
-ascii_lower(unsigned char c)
-{
-    return (c >= 'A' && c <= 'Z') ? (unsigned char)(c + ('a' - 'A')) : c;
-}
 
 /* The field name's lower-case str: a bound one, shared, or a new one. */
 static PyObject *
@@ -86,45 +57,6 @@ lower_name(const unsigned char *name, Py_ssize_t length)
         out[k] = ascii_lower(name[k]);
     }
     return lower;
-}
-
-/* Whether the field name is `lower` (a lower-case literal), ASCII case-insensitively:
- * compared on the received bytes, before any string is made for it. */
-static int
-named(const unsigned char *name, Py_ssize_t length, const char *lower, Py_ssize_t lower_length)
-{
-    if (length != lower_length) {
-        return 0;
-    }
-    for (Py_ssize_t k = 0; k < length; k++) {
-        if (ascii_lower(name[k]) != (unsigned char)lower[k]) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
-#define NAMED(name, length, literal) named(name, length, literal, (Py_ssize_t)sizeof(literal) - 1)
-
-/* The Content-Length value [value, end): digits, then OWS (llhttp has stripped the
- * leading OWS as it does every value's), at most 18 digits; or -1. */
-static long long
-length_value(const unsigned char *value, const unsigned char *end)
-{
-    while (end > value && (end[-1] == ' ' || end[-1] == '\t')) {
-        end--;
-    }
-    if (value == end || end - value > LENGTH_DIGITS_MAX) {
-        return -1;
-    }
-    long long length = 0;
-    for (; value < end; value++) {
-        if (*value < '0' || *value > '9') {
-            return -1;
-        }
-        length = length * 10 + (*value - '0');
-    }
-    return length;
 }
 
 PyDoc_STRVAR(bind_names_doc,
@@ -177,47 +109,29 @@ read_fields(const unsigned char *data, Py_ssize_t at, Py_ssize_t limit, long max
     long fields = 0;
     *declared = 0;
     for (;;) {
-        if (at + 1 < limit && data[at] == '\r' && data[at + 1] == '\n') {
-            return at + 2; /* the blank line */
+        if (blank_line_at(data, at, limit)) {
+            return at + 2;
         }
+        plain_field field;
         if (++fields >= max_fields) {
             return -1; /* at the reader's limit: llhttp's, and its 431 */
         }
-        const unsigned char *name = data + at;
-        while (at < limit && (byte_class[data[at]] & TCHAR)) {
-            at++;
-        }
-        Py_ssize_t name_length = (data + at) - name;
-        if (name_length == 0 || at >= limit || data[at] != ':') {
+        if ((at = read_plain_field(data, at, limit, &field)) < 0) {
             return -1;
         }
-        at++;
-        while (at < limit && (data[at] == ' ' || data[at] == '\t')) {
-            at++; /* llhttp drops a value's leading blanks, and keeps its trailing ones */
-        }
-        const unsigned char *value = data + at;
-        while (at < limit && (byte_class[data[at]] & PLAIN_VALUE)) {
-            at++;
-        }
-        const unsigned char *value_end = data + at;
-        if (at + 1 >= limit || data[at] != '\r' || data[at + 1] != '\n') {
-            return -1;
-        }
-        at += 2;
-        if (NAMED(name, name_length, "content-length")) {
-            *declared = length_value(value, value_end);
+        if (NAMED(field.name, field.name_length, "content-length")) {
+            *declared = length_value(field.value, field.value_end);
             if (*declared < 0) {
                 return -1;
             }
         }
-        else if (NAMED(name, name_length, "transfer-encoding")
-                 || NAMED(name, name_length, "connection") || NAMED(name, name_length, "upgrade")
-                 || NAMED(name, name_length, "expect")) {
+        else if (framing_field(&field) || NAMED(field.name, field.name_length, "expect")) {
             return -1; /* framing, the connection's fate, or an interim answer: llhttp's */
         }
-        PyObject *lower = lower_name(name, name_length);
+        PyObject *lower = lower_name(field.name, field.name_length);
         PyObject *text = lower == NULL ? NULL
-                         : PyUnicode_DecodeLatin1((const char *)value, value_end - value, NULL);
+                         : PyUnicode_DecodeLatin1((const char *)field.value,
+                                                  field.value_end - field.value, NULL);
         /* One look-up: a name there already leaves the dict's size as it was (the value
          * returned cannot tell: equal short strings can be one cached object). */
         Py_ssize_t before = PyDict_GET_SIZE(headers);

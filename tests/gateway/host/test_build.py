@@ -17,8 +17,10 @@ def test_the_hot_path_is_one_build_not_a_mix() -> None:
 
 def test_every_listed_module_exists_and_setup_reads_the_list() -> None:
     root = Path(__file__).resolve().parents[3]
-    for path in (*_build.HOT_PATH, *_build.NATIVE_HELPERS):
+    for path in (*_build.HOT_PATH, *_build.NATIVE_HELPERS, *_build.NATIVE_HEADERS):
         assert (root / path).is_file(), path
+    for includers in _build.NATIVE_HEADERS.values():
+        assert set(includers) <= set(_build.NATIVE_HELPERS)
     assert "gateway/_host/build.py" in (root / "setup.py").read_text()
 
 
@@ -47,12 +49,43 @@ def test_an_edited_source_makes_its_compiled_module_stale(
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(_build, "HOT_PATH", ())
     monkeypatch.setattr(_build, "NATIVE_HELPERS", ())
+    monkeypatch.setattr(_build, "NATIVE_HEADERS", {})
     monkeypatch.setattr(_build, listed_as, (f"{name}/{source_name}",))
     os.utime(source, (1_000_000, 1_000_000))
     os.utime(compiled, (2_000_000, 2_000_000))
     assert _build.stale_modules() == []
     os.utime(source, (3_000_000, 3_000_000))
     assert _build.stale_modules() == [f"{name}.{stem}"]
+
+
+def test_an_edited_shared_header_makes_the_c_helpers_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A header a C helper includes is as much its source as its own file; a helper that
+    does not include it is not stale for it."""
+    package = tmp_path / "staleheader"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    source = package / "_fast.c"
+    source.write_text('#include "shared.h"\n')
+    header = package / "shared.h"
+    header.write_text("/* shared */\n")
+    compiled = package / f"_fast{importlib.machinery.EXTENSION_SUFFIXES[0]}"
+    compiled.write_bytes(b"")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(_build, "HOT_PATH", ())
+    other = package / "_other.c"
+    other.write_text("/* includes nothing */\n")
+    other_compiled = package / f"_other{importlib.machinery.EXTENSION_SUFFIXES[0]}"
+    other_compiled.write_bytes(b"")
+    monkeypatch.setattr(_build, "NATIVE_HELPERS", ("staleheader/_fast.c", "staleheader/_other.c"))
+    monkeypatch.setattr(_build, "NATIVE_HEADERS", {str(header): ("staleheader/_fast.c",)})
+    for path in (source, header, other, other_compiled):
+        os.utime(path, (1_000_000, 1_000_000))
+    os.utime(compiled, (2_000_000, 2_000_000))
+    assert _build.stale_modules() == []
+    os.utime(header, (3_000_000, 3_000_000))
+    assert _build.stale_modules() == ["staleheader._fast"]
 
 
 def test_a_compiled_module_is_reported_compiled(

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway._server import parsing
+from tests.gateway._plain_messages import fields, messages
 
 native = pytest.importorskip("gateway._server._request_heads", reason="a pure build: no C helper")
 
@@ -44,59 +45,20 @@ _LINES = st.sampled_from(
         b"\r\nPOST /a HTTP/1.1",
     ]
 )
-_FIELDS = st.sampled_from(
-    [
-        b"Host: 127.0.0.1:8080",
-        b"Content-Type: application/json",
-        b"Accept: application/json",
-        b"User-Agent: Boto3/1.34.0 md/Botocore#1.34.0 ua/2.0 os/linux#6.1 lang/python#3.11.7",
-        b"X-Amz-Date: 20261205T101010Z",
-        b"Authorization: AWS4-HMAC-SHA256 Credential=AKID/20261205/us-east-1/sagemaker/aws4",
-        b"amz-sdk-invocation-id: 3b1c2d9e-0f5a-4c8e-9a71-2f3e4d5c6b7a",
-        b"X-Amzn-SageMaker-Custom-Attributes: a=1 \t ",
-        b"x-amzn-sagemaker-custom-attributes:b",
-        b"Weird-Name_1: ",
-        b"x-empty:",
-        b"x-blanks:\t \t",
-        b"Transfer-Encoding: chunked",
-        b"Connection: close",
-        b"Connection: keep-alive",
-        b"Upgrade: h2c",
-        b"Expect: 100-continue",
-        b" folded: continuation",
-        b"x-space-before-colon : v",
-        b"x-obs-text: caf\xe9",
-        b"x-control: a\x01b",
-        b"x-del: a\x7fb",
-        b"no-colon",
-        b"x{brace}: v",
-    ]
-) | st.builds(
-    lambda name, value: name + b":" + value,
-    st.binary(min_size=1, max_size=8),
-    st.binary(max_size=8),
+_FIELDS = fields(
+    b"Host: 127.0.0.1:8080",
+    b"Content-Type: application/json",
+    b"Accept: application/json",
+    b"User-Agent: Boto3/1.34.0 md/Botocore#1.34.0 ua/2.0 os/linux#6.1 lang/python#3.11.7",
+    b"X-Amz-Date: 20261205T101010Z",
+    b"Authorization: AWS4-HMAC-SHA256 Credential=AKID/20261205/us-east-1/sagemaker/aws4",
+    b"amz-sdk-invocation-id: 3b1c2d9e-0f5a-4c8e-9a71-2f3e4d5c6b7a",
+    b"X-Amzn-SageMaker-Custom-Attributes: a=1 \t ",
+    b"x-amzn-sagemaker-custom-attributes:b",
+    b"Weird-Name_1: ",
+    b"Expect: 100-continue",
 )
-_LENGTH_VALUES = st.sampled_from(
-    [b"%d", b" %d", b"%d ", b"\t%d\t", b"0%d", b"+%d", b"%d,%d", b"%d %d", b"", b"-%d"]
-)
-_ENDINGS = st.sampled_from([b"\r\n"] * 8 + [b"\n", b"\r", b"\r\r\n"])
-
-
-@st.composite
-def _requests(draw: st.DrawFn) -> bytes:
-    body = draw(st.binary(max_size=40))
-    fields = draw(st.lists(_FIELDS, max_size=8))
-    for _ in range(draw(st.sampled_from([1] * 6 + [0, 2]))):
-        shape = draw(_LENGTH_VALUES)
-        declared = len(body) + draw(st.sampled_from([0] * 6 + [-1, 1]))
-        value = shape.replace(b"%d", b"%d" % declared) if declared >= 0 else b"%d"
-        name = draw(st.sampled_from([b"Content-Length", b"content-length", b"CONTENT-LENGTH"]))
-        fields.insert(draw(st.integers(0, len(fields))), name + b":" + value)
-    lines = [draw(_LINES), *fields]
-    head = b"".join(line + draw(_ENDINGS) for line in lines)
-    request = head + draw(st.sampled_from([b"\r\n"] * 8 + [b"\n", b""])) + body
-    another = b"GET /next HTTP/1.1\r\n\r\n"
-    return request + draw(st.sampled_from([b""] * 8 + [another, b"x"]))
+_REQUESTS = messages(_LINES, _FIELDS, b"GET /next HTTP/1.1\r\n\r\n")
 
 
 def _llhttp_reads(data: bytes) -> list[tuple[str, str, list[tuple[str, str]], bytes, bool]] | None:
@@ -151,7 +113,7 @@ def _taken_as_llhttp_reads_it(data: bytes) -> None:
 
 
 @settings(max_examples=3000)
-@given(_requests())
+@given(_REQUESTS)
 def test_a_plain_request_is_one_llhttp_reads_the_same(data: bytes) -> None:
     _taken_as_llhttp_reads_it(data)
 
