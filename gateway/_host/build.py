@@ -125,7 +125,9 @@ def stale_modules() -> list[str]:
         compiled = Path(file)
         source = compiled.with_name(compiled.name.split(".", 1)[0] + Path(path).suffix)
         inputs = [source, *(root / header for header in headers_of(path))]
-        built = compiled.stat().st_mtime
-        if any(each.exists() and each.stat().st_mtime > built for each in inputs):
+        # (Only where a source is here to compare: a compiled module's origin can name
+        # a path of mypyc's, not a file.)
+        edited = max((each.stat().st_mtime for each in inputs if each.exists()), default=None)
+        if edited is not None and edited > compiled.stat().st_mtime:
             stale.append(name)
     return stale
