@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from gateway._aws.sigv4 import NATIVE_SIGNING
-from gateway._host.build import build_kind, stale_modules
+from gateway._host.build import build_kind, missing_helpers, stale_modules
 from gateway._invoke.api import NATIVE_FIELD_LINES
 from tests._redis_procs import RedisServer, shared_redis_available
 
@@ -58,9 +58,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     expected = os.environ.get("SAGEMAKER_GATEWAY_EXPECT_BUILD")
     if expected and build_kind() != expected:
         pytest.exit(f"expected the {expected} build, found {build_kind()}", returncode=3)
-    if expected == "compiled" and not (NATIVE_SIGNING and NATIVE_FIELD_LINES):
+    missing = missing_helpers()
+    if expected == "compiled" and (missing or not (NATIVE_SIGNING and NATIVE_FIELD_LINES)):
         # The compiled build carries the C helpers too (setup.py builds them all).
-        pytest.exit("expected the compiled build's C helpers, found none", returncode=3)
+        pytest.exit(f"expected the compiled build's C helpers, missing: {missing}", returncode=3)
     # An editable install's compiled modules shadow their sources: testing
     # them after an edit would test the old code.
     stale = stale_modules()

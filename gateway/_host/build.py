@@ -20,6 +20,7 @@ __all__ = [
     "build_kind",
     "compiled_modules",
     "headers_of",
+    "missing_helpers",
     "stale_modules",
 ]
 
@@ -111,6 +112,13 @@ def build_kind() -> str:
     if states == {False}:
         return "pure"
     return "mixed"
+
+
+def missing_helpers() -> list[str]:
+    """The C helpers not built: each builds apart, and one that fails to compile leaves
+    its Python fallback running, silently (a compiled build carries them all)."""
+    names = map(_module_name, NATIVE_HELPERS)
+    return [name for name in names if not _is_extension(_origin(name))]
 
 
 def stale_modules() -> list[str]:

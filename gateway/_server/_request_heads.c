@@ -6,9 +6,9 @@
  * per message, each handed new bytes objects. This recognises that shape, and
  * only it: a strict subset of what llhttp accepts, read as llhttp reads it
  * (tests check both on generated requests), and builds what the server's
- * reader would (the method, the target, the fields as pairs and by name, the
- * body). Anything else gets None, and the reader feeds the bytes to llhttp as
- * before: another method or version, an unusual target byte, a Connection,
+ * reader would (the method, the target, the fields by name, the body: with no
+ * field sent twice, their pairs are the dict's items). Anything else gets None,
+ * and the reader feeds the bytes to llhttp as before: another method or version, an unusual target byte, a Connection,
  * Transfer-Encoding, Upgrade or Expect field, a field sent twice, a fold, a
  * byte outside visible ASCII, space and tab, a head or field count at the
  * reader's limits, a body over the given size, cut short or followed by more.
@@ -24,16 +24,27 @@
 #include "../_http/_plain_syntax.h"
 
 #define MAX_NAMES 64
+/* The longest value or target kept to be shared with the next request. */
+#define MAX_KEPT 512
 
 static PyObject *names[MAX_NAMES]; /* lower-case str, shared */
 static int name_count = 0;
+/* Per bound name: whether its values are kept, and the last one (a str, or NULL). A
+ * client sends the same host, content type, length and target request after
+ * request: the next request that sends the same bytes shares that str rather than
+ * a new copy, whose hash is known, and which compares by identity where it is a key. */
+static char keeps_value[MAX_NAMES];
+static PyObject *kept_values[MAX_NAMES];
+static PyObject *kept_target;
 static PyObject *post_method;
 static PyObject *get_method;
 
-/* The field name's lower-case str: a bound one, shared, or a new one. */
+/* The field name's lower-case str: a bound one, shared (its place in *place), or a
+ * new one (*place is -1). */
 static PyObject *
-lower_name(const unsigned char *name, Py_ssize_t length)
+lower_name(const unsigned char *name, Py_ssize_t length, int *place)
 {
+    *place = -1;
     for (int i = 0; i < name_count; i++) {
         if (PyUnicode_GET_LENGTH(names[i]) != length) {
             continue;
@@ -44,8 +55,8 @@ lower_name(const unsigned char *name, Py_ssize_t length)
             k++;
         }
         if (k == length) {
-            Py_INCREF(names[i]);
-            return names[i];
+            *place = i;
+            return Py_NewRef(names[i]);
         }
     }
     PyObject *lower = PyUnicode_New(length, 127);
@@ -59,16 +70,49 @@ lower_name(const unsigned char *name, Py_ssize_t length)
     return lower;
 }
 
+/* The str of `length` bytes at `text`: `*last` if it holds those bytes, else a new
+ * one, which `*last` then holds (when `keep`, and it is short). */
+static PyObject *
+shared_text(const unsigned char *text, Py_ssize_t length, PyObject **last, int keep)
+{
+    PyObject *kept = *last;
+    if (kept != NULL && PyUnicode_GET_LENGTH(kept) == length
+        && memcmp(PyUnicode_1BYTE_DATA(kept), text, (size_t)length) == 0) {
+        return Py_NewRef(kept);
+    }
+    PyObject *made = PyUnicode_DecodeLatin1((const char *)text, length, NULL);
+    if (made != NULL && keep && length <= MAX_KEPT) {
+        Py_XSETREF(*last, Py_NewRef(made));
+    }
+    return made;
+}
+
+static void
+forget_kept(void)
+{
+    for (int i = 0; i < MAX_NAMES; i++) {
+        keeps_value[i] = 0;
+        Py_CLEAR(kept_values[i]);
+    }
+    Py_CLEAR(kept_target);
+}
+
 PyDoc_STRVAR(bind_names_doc,
-"bind_names(names, /)\n--\n\n"
+"bind_names(names, kept=(), /)\n--\n\n"
 "Bind the lower-case field names (a tuple of at most 64 ASCII str) whose\n"
-"strings are shared rather than made for each request.");
+"strings are shared rather than made for each request; and, of those, the ones\n"
+"whose last value is kept, to be shared by the next request that sends it.");
 
 static PyObject *
-bind_names(PyObject *module, PyObject *given)
+bind_names(PyObject *module, PyObject *args)
 {
-    if (!PyTuple_Check(given)) {
-        PyErr_SetString(PyExc_TypeError, "bind_names() takes a tuple of str");
+    PyObject *given;
+    PyObject *kept = NULL;
+    if (!PyArg_ParseTuple(args, "O|O:bind_names", &given, &kept)) {
+        return NULL;
+    }
+    if (!PyTuple_Check(given) || (kept != NULL && !PyTuple_Check(kept))) {
+        PyErr_SetString(PyExc_TypeError, "bind_names() takes tuples of str");
         return NULL;
     }
     Py_ssize_t count = PyTuple_GET_SIZE(given);
@@ -90,21 +134,38 @@ bind_names(PyObject *module, PyObject *given)
             }
         }
     }
+    char keeps[MAX_NAMES] = {0};
+    Py_ssize_t kept_count = kept == NULL ? 0 : PyTuple_GET_SIZE(kept);
+    for (Py_ssize_t j = 0; j < kept_count; j++) {
+        PyObject *name = PyTuple_GET_ITEM(kept, j);
+        Py_ssize_t i = 0;
+        while (i < count && (!PyUnicode_Check(name)
+                             || PyUnicode_Compare(name, PyTuple_GET_ITEM(given, i)) != 0)) {
+            i++;
+        }
+        if (i == count) {
+            PyErr_SetString(PyExc_ValueError, "bind_names() keeps values of bound names only");
+            return NULL;
+        }
+        keeps[i] = 1;
+    }
+    forget_kept();
     for (int i = 0; i < name_count; i++) {
         Py_CLEAR(names[i]);
     }
     for (Py_ssize_t i = 0; i < count; i++) {
         names[i] = Py_NewRef(PyTuple_GET_ITEM(given, i));
+        keeps_value[i] = keeps[i];
     }
     name_count = (int)count;
     Py_RETURN_NONE;
 }
 
-/* Reads the fields of a head from `at` (just after the request line) into pairs and
- * headers; where the head's blank line ends, or -1 (not plain). Sets *declared. */
+/* Reads the fields of a head from `at` (just after the request line) into headers;
+ * where the head's blank line ends, or -1 (not plain). Sets *declared. */
 static Py_ssize_t
 read_fields(const unsigned char *data, Py_ssize_t at, Py_ssize_t limit, long max_fields,
-            PyObject *pairs, PyObject *headers, long long *declared)
+            PyObject *headers, long long *declared)
 {
     long fields = 0;
     *declared = 0;
@@ -128,25 +189,25 @@ read_fields(const unsigned char *data, Py_ssize_t at, Py_ssize_t limit, long max
         else if (framing_field(&field) || NAMED(field.name, field.name_length, "expect")) {
             return -1; /* framing, the connection's fate, or an interim answer: llhttp's */
         }
-        PyObject *lower = lower_name(field.name, field.name_length);
-        PyObject *text = lower == NULL ? NULL
-                         : PyUnicode_DecodeLatin1((const char *)field.value,
-                                                  field.value_end - field.value, NULL);
+        int bound;
+        PyObject *lower = lower_name(field.name, field.name_length, &bound);
+        PyObject *text = NULL;
+        if (lower != NULL) {
+            Py_ssize_t length = field.value_end - field.value;
+            text = bound < 0 ? PyUnicode_DecodeLatin1((const char *)field.value, length, NULL)
+                             : shared_text(field.value, length, &kept_values[bound],
+                                           keeps_value[bound]);
+        }
         /* One look-up: a name there already leaves the dict's size as it was (the value
          * returned cannot tell: equal short strings can be one cached object). */
         Py_ssize_t before = PyDict_GET_SIZE(headers);
         PyObject *kept = text == NULL ? NULL : PyDict_SetDefault(headers, lower, text);
-        int twice = kept != NULL && PyDict_GET_SIZE(headers) == before;
-        PyObject *pair = kept == NULL || twice ? NULL : PyTuple_Pack(2, lower, text);
-        int failed = kept == NULL || (pair == NULL && !twice)
-                     || (pair != NULL && PyList_Append(pairs, pair) < 0);
-        Py_XDECREF(pair);
         Py_XDECREF(text);
         Py_XDECREF(lower);
-        if (failed) {
+        if (kept == NULL) {
             return -2;
         }
-        if (twice) {
+        if (PyDict_GET_SIZE(headers) == before) {
             return -1; /* the reader joins the values: llhttp's path */
         }
     }
@@ -154,7 +215,7 @@ read_fields(const unsigned char *data, Py_ssize_t at, Py_ssize_t limit, long max
 
 PyDoc_STRVAR(plain_request_doc,
 "plain_request(data, max_head, max_fields, max_body, /)\n--\n\n"
-"(method, target, pairs, headers, body) if `data` is exactly one plain request\n"
+"(method, target, headers, body) if `data` is exactly one plain request\n"
 "whose head is shorter than max_head bytes, with fewer than max_fields fields and\n"
 "a body of at most max_body bytes; else None, and llhttp is to parse it.");
 
@@ -198,14 +259,13 @@ plain_request(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NONE;
     }
     at += (Py_ssize_t)(sizeof(version) - 1);
-    PyObject *pairs = PyList_New(0);
     PyObject *headers = PyDict_New();
     PyObject *result = NULL;
-    if (pairs == NULL || headers == NULL) {
+    if (headers == NULL) {
         goto done;
     }
     long long declared;
-    Py_ssize_t body_start = read_fields(data, at, limit, max_fields, pairs, headers, &declared);
+    Py_ssize_t body_start = read_fields(data, at, limit, max_fields, headers, &declared);
     if (body_start == -2) {
         goto done;
     }
@@ -213,21 +273,20 @@ plain_request(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         result = Py_NewRef(Py_None);
         goto done;
     }
-    PyObject *target_text = PyUnicode_DecodeLatin1((const char *)target, target_length, NULL);
+    PyObject *target_text = shared_text(target, target_length, &kept_target, 1);
     PyObject *body = PyBytes_FromStringAndSize((const char *)data + body_start, size - body_start);
     if (target_text != NULL && body != NULL) {
-        result = PyTuple_Pack(5, method, target_text, pairs, headers, body);
+        result = PyTuple_Pack(4, method, target_text, headers, body);
     }
     Py_XDECREF(target_text);
     Py_XDECREF(body);
 done:
-    Py_XDECREF(pairs);
     Py_XDECREF(headers);
     return result;
 }
 
 static PyMethodDef methods[] = {
-    {"bind_names", (PyCFunction)bind_names, METH_O, bind_names_doc},
+    {"bind_names", (PyCFunction)bind_names, METH_VARARGS, bind_names_doc},
     {"plain_request", (PyCFunction)(void (*)(void))plain_request, METH_FASTCALL,
      plain_request_doc},
     {NULL, NULL, 0, NULL},

@@ -43,9 +43,9 @@ class Request:
     """
 
     __slots__ = (
+        "_pairs",
         "body",
         "client",
-        "header_pairs",
         "headers",
         "http_version",
         "keep_alive",
@@ -60,7 +60,7 @@ class Request:
         path: str,
         query: str,
         headers: dict[str, str],
-        header_pairs: list[tuple[str, str]],
+        header_pairs: list[tuple[str, str]] | None,
         body: bytes,
         client: tuple[str, int] | None,
         http_version: str = "1.1",
@@ -70,11 +70,21 @@ class Request:
         self.path = path  # as received: still percent-encoded, without the query
         self.query = query  # the text after '?', or ""
         self.headers = headers  # lower-case names; repeated names joined with ","
-        self.header_pairs = header_pairs  # lower-case names, in arrival order
+        # None where no field came twice: they are the headers' items then, in order
+        # (made only if asked for: only SigV4 verification reads them).
+        self._pairs = header_pairs
         self.body = body
         self.client = client
         self.http_version = http_version
         self.keep_alive = keep_alive
+
+    @property
+    def header_pairs(self) -> list[tuple[str, str]]:
+        """The fields as they came: lower-case names, in arrival order."""
+        pairs = self._pairs
+        if pairs is None:
+            pairs = self._pairs = list(self.headers.items())
+        return pairs
 
     def __repr__(self) -> str:
         return f"Request({self.method} {self.path}, {len(self.body)} bytes)"

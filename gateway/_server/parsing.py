@@ -68,15 +68,36 @@ _HEADER_NAMES: Final = {
     for spelling in (name, lower)
 }
 
+_REPEATED_VALUES: Final = (
+    "host",
+    "content-type",
+    "content-length",
+    "accept",
+    "accept-encoding",
+    "user-agent",
+    "cache-control",
+    "x-amz-date",
+    "amz-sdk-request",
+    "x-amzn-sagemaker-target-model",
+    "x-amzn-sagemaker-target-variant",
+    "x-amzn-sagemaker-target-container-hostname",
+    "x-amzn-sagemaker-enable-explanations",
+    "x-amzn-sagemaker-inference-component",
+    "x-amzn-sagemaker-accept",
+    "x-amzn-sagemaker-content-type",
+)
+
 # A read that is exactly one plain request, in one pass in C (_request_heads.c) where it
 # was built, rather than through llhttp's callbacks (see RequestReader._plain_request).
-_PlainRequest = tuple[str, str, list[tuple[str, str]], dict[str, str], bytes]
+_PlainRequest = tuple[str, str, dict[str, str], bytes]
 _native_plain_request: Callable[[bytes, int, int, int], _PlainRequest | None] | None = None
 try:
     from gateway._server import _request_heads
 
-    # The names' strings the callbacks use, so that both paths share them.
-    _request_heads.bind_names(_LOWER_NAMES)
+    # The names' strings the callbacks use, so that both paths share them; and the
+    # names whose values a client repeats from request to request, whose last value is
+    # shared (never a credential's, a signature's or a per-request id's).
+    _request_heads.bind_names(_LOWER_NAMES, _REPEATED_VALUES)
     _native_plain_request = _request_heads.plain_request
 except ImportError:
     pass
@@ -354,12 +375,13 @@ class RequestReader:
         read = native(data, limits.max_header_size, limits.max_headers, largest)
         if read is None:
             return False
-        method, target, pairs, headers, body = read
+        method, target, headers, body = read
         if "?" in target:
             path, _, query = target.partition("?")
         else:
             path, query = target, ""
-        request = Request(method, path, query, headers, pairs, body, self._client, "1.1", True)
+        # (No field came twice: the pairs are the headers' items, made if asked for.)
+        request = Request(method, path, query, headers, None, body, self._client, "1.1", True)
         try:
             self._connection.enqueue(request)
         except Exception:

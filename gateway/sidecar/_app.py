@@ -553,23 +553,27 @@ class RelayLane(Relay):
         rtb = app.rtb
         self._rtb_path = rtb.path if rtb is not None else None
         self.taken = 0  # requests taken (each answered by the lane or its task)
+        # The last path taken and its endpoint's name: a client calls one path request
+        # after request, and the server's reader hands on the same str for it.
+        self._last_path: str | None = None
+        self._last_name = ""
 
     def take(self, request: Request, answered: Answered) -> bool:
         # One clock reading: the sidecar's latency and the call's start (its deadline).
         started = time.monotonic()
         app = self._app
+        if request.method != "POST" or app.in_flight >= app._max_in_flight:
+            return False
         path = request.path
-        if (
-            request.method != "POST"
-            or not path.endswith(_INVOCATIONS)
-            or not path.startswith(_ENDPOINTS)
-            or path == self._rtb_path
-            or app.in_flight >= app._max_in_flight
-        ):
-            return False
-        name = path[len(_ENDPOINTS) : -len(_INVOCATIONS)]
-        if not name or "/" in name or "%" in name:
-            return False
+        if path is self._last_path:
+            name = self._last_name
+        else:
+            found = self._endpoint_name(path)
+            if found is None:
+                return False
+            name = found
+            self._last_path = path
+            self._last_name = name
         # Whatever refuses the call as a whole (its route, a cache, a hook that reads
         # request ids) refuses it before it is authenticated and read, which the
         # handler would then repeat.
@@ -606,6 +610,20 @@ class RelayLane(Relay):
         if app.busy_poll is not None:
             app.busy_poll.touch()
         return True
+
+    def _endpoint_name(self, path: str) -> str | None:
+        """The endpoint an InvokeEndpoint path names; None for any other path (the
+        handler's), and for one the name of which needs decoding or is not one."""
+        if (
+            not path.endswith(_INVOCATIONS)
+            or not path.startswith(_ENDPOINTS)
+            or path == self._rtb_path
+        ):
+            return None
+        name = path[len(_ENDPOINTS) : -len(_INVOCATIONS)]
+        if not name or "/" in name or "%" in name:
+            return None
+        return name
 
     def answer(self, relayed: _Relayed, call: RelayedCall) -> None:
         """The first attempt is done: answer now, or go on in a task.

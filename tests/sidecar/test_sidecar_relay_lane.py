@@ -141,6 +141,30 @@ async def test_the_lane_answers_what_the_handler_answers() -> None:
     assert all(r.headers["x-amzn-requestid"].startswith("req-") for r in relayed)
 
 
+async def test_each_call_reaches_the_endpoint_its_own_path_names() -> None:
+    """The lane keeps the last path's endpoint name: a call to another endpoint, or to
+    a path the lane leaves to the handler, in between, is never sent to the last one."""
+
+    def by_path(request: Request, _: int) -> Response:
+        headers = [("x-amzn-RequestId", "req-path"), ("Content-Type", "text/plain")]
+        return Response(200, headers, request.path.encode())
+
+    paths = ["ep-a", "ep-a", "ep-b", "ep-a", "ep%2Db", "ep-b", "ep-b", "ep-a"]
+    async with running(by_path) as (_, sidecar, client):
+        answers = [
+            await client.post(_INVOKE.format(path), content=b"x", headers={"Content-Type": "a/b"})
+            for path in paths
+        ]
+        lane = _lane(sidecar)
+        assert lane is not None
+        # The first call to each endpoint plans it (the handler's), as does the encoded one.
+        assert lane.taken == len(paths) - 3
+    assert [a.status_code for a in answers] == [200] * len(paths)
+    assert [a.content.decode() for a in answers] == [
+        _INVOKE.format(path.replace("%2D", "-")) for path in paths
+    ]
+
+
 async def test_the_lane_counts_what_the_handler_counts() -> None:
     def counters(exposition: str) -> list[str]:
         # Counters and counts, not latencies: the sums and buckets hold durations.

@@ -101,6 +101,21 @@ def test_a_compiled_module_is_reported_compiled(
     assert _build.compiled_modules() == {"builtpkg.hot": True}
 
 
+def test_a_c_helper_that_was_not_built_is_reported_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One helper built (an extension file), one left as its source only (a failed compile).
+    package = tmp_path / "helperpkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "_built.c").write_text("")
+    (package / f"_built{importlib.machinery.EXTENSION_SUFFIXES[0]}").write_bytes(b"")
+    (package / "_failed.c").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(_build, "NATIVE_HELPERS", ("helperpkg/_built.c", "helperpkg/_failed.c"))
+    assert _build.missing_helpers() == ["helperpkg._failed"]
+
+
 def test_every_compiled_module_says_so_in_its_first_lines() -> None:
     root = Path(__file__).resolve().parents[3]
     for path in _build.HOT_PATH:

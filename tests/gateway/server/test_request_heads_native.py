@@ -11,6 +11,8 @@ and llhttp reads every request.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import httptools
 import pytest
 from hypothesis import given, settings
@@ -103,12 +105,12 @@ def _taken_as_llhttp_reads_it(data: bytes) -> None:
     read = native.plain_request(data, *_LIMITS)
     if read is None:
         return  # left to llhttp: always safe
-    method, target, pairs, headers, body = read
-    assert _llhttp_reads(data) == [(method, target, pairs, body, True)]
-    assert headers == dict(pairs) and len(headers) == len(pairs)  # no field twice
+    method, target, headers, body = read
+    # No field came twice (llhttp's pairs are the dict's items, in order).
+    assert _llhttp_reads(data) == [(method, target, list(headers.items()), body, True)]
     names = set(headers)
     assert not names & {"connection", "transfer-encoding", "upgrade", "expect"}
-    assert len(pairs) < _LIMITS[1] and len(body) <= _LIMITS[2]
+    assert len(headers) < _LIMITS[1] and len(body) <= _LIMITS[2]
     assert data.index(b"\r\n\r\n") + 4 < _LIMITS[0]
 
 
@@ -137,15 +139,73 @@ _SDK_REQUEST = (
 def test_a_plain_request_gives_what_the_reader_keeps() -> None:
     read = native.plain_request(_SDK_REQUEST, *_LIMITS)
     assert read is not None
-    method, target, pairs, headers, body = read
+    method, target, headers, body = read
     assert (method, target, body) == ("POST", "/endpoints/my-endpoint/invocations", b"hello world")
     assert headers["x-amzn-sagemaker-custom-attributes"] == "a=1 \t "
     assert headers["content-length"] == "11"
-    assert [name for name, _ in pairs][:3] == ["host", "accept-encoding", "content-type"]
+    assert list(headers)[:3] == ["host", "accept-encoding", "content-type"]
     # The common names are the strings the reader's callbacks use: shared, not made.
     common = {name: name for name in parsing._HEADER_NAMES.values()}
     assert all(name is common[name] for name in headers if name in common)
     _taken_as_llhttp_reads_it(_SDK_REQUEST)
+
+
+def _values(data: bytes) -> tuple[str, dict[str, str]]:
+    read = native.plain_request(data, *_LIMITS)
+    assert read is not None
+    return read[1], read[2]
+
+
+def test_a_value_sent_again_is_the_str_the_last_request_got() -> None:
+    target, headers = _values(_SDK_REQUEST)
+    again_target, again = _values(_SDK_REQUEST)
+    # Repeated values are shared: what the cache key and the route look-up hash once.
+    assert again_target is target
+    for name in ("host", "content-type", "content-length", "accept", "user-agent"):
+        assert again[name] is headers[name], name
+    # Never kept: a per-request id, and values nobody repeats (nor a credential).
+    for name in ("amz-sdk-invocation-id", "x-amzn-sagemaker-custom-attributes"):
+        assert again[name] == headers[name] and again[name] is not headers[name], name
+
+
+def test_a_new_value_is_read_whole_and_kept_for_the_next() -> None:
+    _values(_SDK_REQUEST)
+    # The same length, one byte apart; a prefix; a longer value: each read as sent.
+    for accept in (b"application/jsoN", b"application/", b"application/json+x"):
+        data = _SDK_REQUEST.replace(b"Accept: application/json", b"Accept: " + accept)
+        _, headers = _values(data)
+        assert headers["accept"] == accept.decode()
+        _, again = _values(data)
+        assert again["accept"] is headers["accept"]
+    target, _ = _values(_SDK_REQUEST.replace(b"my-endpoint", b"my-endpoinT"))
+    assert target == "/endpoints/my-endpoinT/invocations"
+    _taken_as_llhttp_reads_it(_SDK_REQUEST)
+
+
+def test_a_long_value_is_not_kept() -> None:
+    long_agent = b"a" * 600  # over the 512 bytes kept
+    data = _SDK_REQUEST.replace(b"Boto3/1.34.0 md/Botocore#1.34.0", long_agent)
+    _, headers = _values(data)
+    _, again = _values(data)
+    assert (
+        again["user-agent"] == long_agent.decode()
+        and again["user-agent"] is not headers["user-agent"]
+    )
+
+
+@pytest.fixture
+def rebind() -> Iterator[None]:
+    yield
+    native.bind_names(parsing._LOWER_NAMES, parsing._REPEATED_VALUES)
+
+
+def test_rebinding_forgets_the_kept_values(rebind: None) -> None:
+    _, headers = _values(_SDK_REQUEST)
+    native.bind_names(parsing._LOWER_NAMES, ())
+    _, again = _values(_SDK_REQUEST)
+    assert again["content-type"] is not headers["content-type"]
+    _, third = _values(_SDK_REQUEST)
+    assert third["content-type"] is not again["content-type"]  # none kept now
 
 
 @pytest.mark.parametrize(
@@ -218,11 +278,21 @@ def test_plain_request_refuses_bad_arguments(arguments: tuple[object, ...], erro
 
 
 @pytest.mark.parametrize(
-    ("names", "error"),
-    [(["a"], TypeError), ((b"a",), TypeError), (("A",), ValueError), (("a b",), ValueError)],
-    ids=["a-list", "bytes", "upper-case", "a-space"],
+    ("arguments", "error"),
+    [
+        ((["a"],), TypeError),
+        (((b"a",),), TypeError),
+        ((("A",),), ValueError),
+        ((("a b",),), ValueError),
+        ((("a",), ["a"]), TypeError),
+        ((("a",), ("b",)), ValueError),
+        ((("a",), (1,)), ValueError),
+    ],
+    ids=["a-list", "bytes", "upper-case", "a-space", "kept-a-list", "kept-unbound", "kept-an-int"],
 )
-def test_binding_refuses_what_is_not_lower_case_names(names: object, error: type) -> None:
+def test_binding_refuses_what_is_not_lower_case_names(
+    arguments: tuple[object, ...], error: type
+) -> None:
     with pytest.raises(error):
-        native.bind_names(names)
+        native.bind_names(*arguments)
     test_a_plain_request_gives_what_the_reader_keeps()  # the bound names still hold
