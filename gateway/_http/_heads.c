@@ -32,10 +32,19 @@
  *
  * The result is the kept lines, each ending in CRLF, in the order received; or
  * None where any rule refuses the head.
+ *
+ * unread(fd): whether bytes nobody read yet (or the peer's close, or an error) wait
+ * on the socket `fd`, the check a pooled socket gets before each reuse: one poll(2)
+ * with a zero timeout. select.poll makes the same call, but releases and takes back
+ * the GIL around it (two mutex operations and a condition variable, for a call that
+ * cannot block) and builds a list of tuples for its answer.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
+#ifndef _WIN32
+#include <poll.h>
+#endif
 
 #include "_plain_syntax.h"
 
@@ -357,7 +366,34 @@ plain_answer(PyObject *module, PyObject *data)
     return PyLong_FromSsize_t(plain_head_end(text, PyBytes_GET_SIZE(data)));
 }
 
+#ifndef _WIN32
+PyDoc_STRVAR(unread_doc,
+"unread(fd, /)\n--\n\n"
+"Whether the socket `fd` has something to read (bytes, the peer's close, an error):\n"
+"poll(2) with a zero timeout. True too where poll fails (a closed descriptor).");
+
+static PyObject *
+unread(PyObject *module, PyObject *fd)
+{
+    long number = PyLong_AsLong(fd);
+    if (number == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (number < 0 || number > INT_MAX) {
+        PyErr_SetString(PyExc_ValueError, "unread() takes a file descriptor");
+        return NULL;
+    }
+    struct pollfd watched = {.fd = (int)number, .events = POLLIN, .revents = 0};
+    /* A zero timeout never blocks: the GIL stays held. */
+    int ready = poll(&watched, 1, 0);
+    return PyBool_FromLong(ready != 0);
+}
+#endif
+
 static PyMethodDef methods[] = {
+#ifndef _WIN32
+    {"unread", (PyCFunction)unread, METH_O, unread_doc},
+#endif
     {"plain_answer", (PyCFunction)plain_answer, METH_O, plain_answer_doc},
     {"bind_fields", (PyCFunction)(void (*)(void))bind_fields, METH_FASTCALL, bind_fields_doc},
     {"field_lines", (PyCFunction)field_lines, METH_O, field_lines_doc},

@@ -54,11 +54,14 @@ _STREAM_HIGH_WATER = 1024 * 1024
 # rather than through llhttp's five callbacks (see Connection._plain_answer).
 _native_head_end: Callable[[bytes, int], int] | None = None
 _native_plain_answer: Callable[[bytes], int] | None = None
+# unread: the poll(2) before a reuse, without select.poll's release of the GIL.
+_native_unread: Callable[[int], bool] | None = None
 try:
     from gateway._http import _heads
 
     _native_head_end = _heads.head_end
     _native_plain_answer = _heads.plain_answer
+    _native_unread = getattr(_heads, "unread", None)  # (none on Windows)
 except ImportError:
     pass
 
@@ -169,14 +172,15 @@ class Connection:
         # socket can go back to the pool instead of being closed.
         self._abandoned = False
         self._drain_timer: asyncio.TimerHandle | None = None
-        # Polls the OS socket for bytes or an EOF the loop has not delivered
-        # yet; None without an OS socket (scripted tests). HTTP/1.1 cannot
+        # The OS socket, polled for bytes or an EOF the loop has not delivered
+        # yet (has_unread); -1 without one (scripted tests). HTTP/1.1 cannot
         # tell whose answer a response is: an answer that shows up on an idle
         # socket (an extra or a late one) would be read as the next request's.
         # The loop closes such a socket when it delivers the bytes; the pool
         # polls (one non-blocking poll(2), as httpcore does) right before
         # reuse for those that arrived since the loop last looked.
-        self.unread_poller: select.poll | None = None
+        self._fd = -1
+        self._unread_poller: select.poll | None = None  # where _heads.c is not built
 
     # asyncio callbacks
 
@@ -185,10 +189,24 @@ class Connection:
         self._transport = cast(asyncio.Transport, transport)
         self._pool.options_apply(self._transport)
         sock = self._transport.get_extra_info("socket")
-        if sock is not None and _CAN_POLL:
-            poller = select.poll()
-            poller.register(sock.fileno(), select.POLLIN)
-            self.unread_poller = poller
+        if sock is not None:
+            self._fd = sock.fileno()
+            if _native_unread is None and _CAN_POLL:
+                poller = select.poll()
+                poller.register(self._fd, select.POLLIN)
+                self._unread_poller = poller
+
+    def has_unread(self) -> bool:
+        """Whether bytes nobody asked for, or the server's close, wait on the idle socket
+        unread by the loop: one poll(2) now, which never blocks."""
+        fd = self._fd
+        if fd < 0:
+            return False
+        native = _native_unread
+        if native is not None:
+            return native(fd)
+        poller = self._unread_poller
+        return poller is not None and bool(poller.poll(0))
 
     def data_received(self, data: bytes) -> None:
         if self._waiter is None and self._stream is None and not self._abandoned:

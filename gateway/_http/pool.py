@@ -204,8 +204,7 @@ class OriginPool(ConnectionOwner):
             connection.idle = False
             if connection.closed:
                 continue
-            poller = connection.unread_poller  # inlined: this runs on every reuse
-            if now - connection.last_used > expiry or (poller is not None and poller.poll(0)):
+            if now - connection.last_used > expiry or connection.has_unread():
                 # Expired, or bytes nobody asked for (or the server's close)
                 # wait on it: never hand it to a request.
                 connection.close()

@@ -12,6 +12,7 @@ every other test runs.
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,7 @@ def _heads(draw: st.DrawFn) -> bytes:
 def test_a_built_helper_is_the_one_used() -> None:
     assert api.NATIVE_FIELD_LINES
     assert connection._native_head_end is native.head_end
+    assert connection._native_unread is getattr(native, "unread", None)
     # (The package's own folder: a compiled module's __file__ names a path of mypyc's.)
     assert Path(native.__file__).parent == Path(gateway.__file__).parent / "_http"
     head = b"HTTP/1.1 200 OK\r\nx-amzn-RequestId: r-1\r\nDate: d\r\nContent-Type: a/b"
@@ -374,3 +376,28 @@ def test_anything_else_is_left_to_llhttp(data: bytes) -> None:
 def test_plain_answer_reads_only_bytes() -> None:
     with pytest.raises(TypeError):
         native.plain_answer("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")  # type: ignore[arg-type]
+
+
+def test_unread_sees_bytes_a_close_and_a_closed_descriptor() -> None:
+    if not hasattr(native, "unread"):
+        pytest.skip("no poll(2) here")  # Windows: select.poll's absence skips the check too
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        assert native.unread(ours.fileno()) is False  # idle, nothing sent
+        theirs.send(b"H")
+        assert native.unread(ours.fileno()) is True  # a byte nobody read
+        assert ours.recv(1) == b"H"
+        assert native.unread(ours.fileno()) is False
+        theirs.shutdown(socket.SHUT_WR)
+        assert native.unread(ours.fileno()) is True  # the peer's close
+        closed = ours.fileno()
+    # A descriptor no longer open: never taken for an idle socket.
+    assert native.unread(closed) is True
+
+
+@pytest.mark.parametrize(("fd", "error"), [(-1, ValueError), (2**40, ValueError), ("3", TypeError)])
+def test_unread_takes_only_a_descriptor(fd: object, error: type) -> None:
+    if not hasattr(native, "unread"):
+        pytest.skip("no poll(2) here")
+    with pytest.raises(error):
+        native.unread(fd)  # type: ignore[arg-type]
