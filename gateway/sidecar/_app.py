@@ -143,6 +143,8 @@ class SidecarApp:
         self._gw = gateway
         self.rtb = rtb
         self._max_in_flight = config.max_in_flight
+        # Per operation (by id: it is not hashable; kept alive here), header name -> role.
+        self._header_roles: dict[int, tuple[Operation, dict[str, int]]] = {}
         self._default_timeout = (
             config.default_timeout_ms / 1000 if config.default_timeout_ms is not None else None
         )
@@ -405,28 +407,34 @@ class SidecarApp:
         """
         members = operation.headers
         values: list[object] = [None] * len(members)
-        # A dict, as _api builds it: typed so, a compiled build looks each header up
-        # in C rather than through a method call (one per request header).
-        table = operation.header_index
-        index_of: dict[str, int] = table if isinstance(table, dict) else dict(table)
+        kept = self._header_roles.get(id(operation))
+        if kept is None:
+            kept = self._header_roles[id(operation)] = (operation, {})
+        roles = kept[1]
         timeout = self._default_timeout
         cache: bool | None = None
         user_agent: str | None = None
         for header, value in headers.items():
-            index = index_of.get(header, -1)
-            if index >= 0:
-                member = members[index]
-                values[index] = (
+            role = roles.get(header)
+            if role is None:
+                role = _role_of(header, operation)
+                if len(roles) < _MAX_HEADER_ROLES:  # (names a client makes up stay unkept)
+                    roles[header] = role
+            if role >= 0:
+                member = members[role]
+                values[role] = (
                     _integer(member.keyword, value) if member.kind == "integer" else value
                 )
-            elif header == TIMEOUT_HEADER:
+            elif role == _ROLE_NONE:
+                continue
+            elif role == _ROLE_TIMEOUT:
                 timeout = _milliseconds(value)
-            elif header == _USER_AGENT:
+            elif role == _ROLE_USER_AGENT:
                 user_agent = value
-            elif header == _CACHE_CONTROL and operation is INVOKE:
+            elif role == _ROLE_CACHE_CONTROL:
                 directives = value.lower()
                 cache = "no-cache" not in directives and "no-store" not in directives
-            elif header.startswith(_SAGEMAKER_PREFIX):
+            else:
                 raise _BadRequest(f"header {header} is not supported by this operation")
         return tuple(values), timeout, cache, user_agent
 
@@ -515,6 +523,32 @@ class SidecarApp:
 
 
 # -- the relay lane ------------------------------------------------------------------
+
+# What a request header is to an operation (SidecarApp._members): its member's place
+# (0 or more), or one of these; kept per operation and header name.
+_ROLE_NONE: Final = -1
+_ROLE_TIMEOUT: Final = -2
+_ROLE_USER_AGENT: Final = -3
+_ROLE_CACHE_CONTROL: Final = -4
+_ROLE_REFUSED: Final = -5
+_MAX_HEADER_ROLES: Final = 256
+
+
+def _role_of(header: str, operation: Operation) -> int:
+    """What ``header`` (lower-case) is to ``operation``'s call; see :meth:`SidecarApp._members`."""
+    index = operation.header_index.get(header)
+    if index is not None:
+        return index
+    if header == TIMEOUT_HEADER:
+        return _ROLE_TIMEOUT
+    if header == _USER_AGENT:
+        return _ROLE_USER_AGENT
+    if header == _CACHE_CONTROL:
+        return _ROLE_CACHE_CONTROL if operation is INVOKE else _ROLE_NONE
+    if header.startswith(_SAGEMAKER_PREFIX):
+        return _ROLE_REFUSED
+    return _ROLE_NONE
+
 
 _ENDPOINTS: Final = "/endpoints/"
 _INVOCATIONS: Final = "/invocations"

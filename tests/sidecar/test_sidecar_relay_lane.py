@@ -165,6 +165,22 @@ async def test_each_call_reaches_the_endpoint_its_own_path_names() -> None:
     ]
 
 
+async def test_a_header_is_read_as_each_operations_model_defines_it() -> None:
+    """What a header is to a call (a member, or refused) is kept per operation: a target
+    model goes through on InvokeEndpoint, before and after a streaming call refuses it."""
+    model = {"X-Amzn-SageMaker-Target-Model": "m.tar.gz", "Content-Type": "a/b"}
+    async with running() as (upstream, _, client):
+        first = await client.post(_INVOKE.format("ep"), content=b"one", headers=model)
+        streamed = await client.post(
+            "/endpoints/ep/invocations-response-stream", content=b"two", headers=model
+        )
+        again = await client.post(_INVOKE.format("ep"), content=b"three", headers=model)
+    assert (first.status_code, again.status_code) == (200, 200)
+    assert streamed.status_code == 400
+    assert "x-amzn-sagemaker-target-model" in streamed.json()["message"]
+    assert upstream.seen == [b"one", b"three"]  # the refused call never went upstream
+
+
 async def test_the_lane_counts_what_the_handler_counts() -> None:
     def counters(exposition: str) -> list[str]:
         # Counters and counts, not latencies: the sums and buckets hold durations.
