@@ -30,6 +30,7 @@ import functools
 import gc
 import inspect
 import selectors
+import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
@@ -83,13 +84,23 @@ class VirtualClock:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[VirtualClock]:
-        """``time.monotonic`` reads this clock inside the block."""
+        """``time.monotonic`` reads this clock inside the block, and so does each of the
+        package's modules that imported it by name (``from time import monotonic``)."""
         real = time.monotonic
+        importers = [
+            module
+            for name, module in list(sys.modules.items())
+            if name.startswith("gateway") and getattr(module, "monotonic", None) is real
+        ]
         time.monotonic = self.now
+        for module in importers:
+            module.monotonic = self.now  # type: ignore[attr-defined]
         try:
             yield self
         finally:
             time.monotonic = real
+            for module in importers:
+                module.monotonic = real  # type: ignore[attr-defined]
 
     def run(self, main: Coroutine[Any, Any, T]) -> T:
         """Run ``main`` to its end on a new virtual-time loop, then close the loop."""

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
+from time import time as wall_time
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
@@ -157,7 +158,7 @@ class AmzDateClock:
         self._text = ""
 
     def now(self) -> str:
-        second = int(time.time())
+        second = int(wall_time())
         if second != self._second:
             self._text = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(second))
             self._second = second

@@ -14,9 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import select
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
+from time import monotonic
 from typing import Final, NoReturn, cast
 
 import httptools
@@ -166,7 +166,7 @@ class Connection:
         self._release_pending = False
         self._release_keep = False
         self.requests_served = 0
-        self.last_used = time.monotonic()
+        self.last_used = monotonic()
         # Set when the caller gave up (hedge loser, cancellation) after the
         # request was written: the response is read and thrown away so the
         # socket can go back to the pool instead of being closed.

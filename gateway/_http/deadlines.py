@@ -11,7 +11,7 @@ entry out of the slot when the request ends.
 from __future__ import annotations
 
 import asyncio
-import time
+from time import monotonic
 from typing import Protocol
 
 __all__ = ["DeadlineWheel", "Slot"]
@@ -74,7 +74,7 @@ class DeadlineWheel:
     def _expire(self, key: int) -> None:
         # uvloop's timers run on its own, coarser clock: one can fire a little
         # before time.monotonic() reaches the slot's end. Come back then.
-        remaining = key * _SLOT_S - time.monotonic()
+        remaining = key * _SLOT_S - monotonic()
         if remaining > 0:
             self._loop.call_later(remaining, self._expire, key)
             return

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable
+from time import monotonic
 
 from gateway import errors
 from gateway._http.connection import Connection, NativeStream
@@ -41,7 +41,7 @@ def _expired() -> errors.DeadlineExceeded:
 
 def _unexpired(pool: OriginPool, connection: Connection, deadline: float) -> float:
     """The time now; raises (handing the socket back unused) if the deadline passed."""
-    now = time.monotonic()
+    now = monotonic()
     if now >= deadline:
         pool.release(connection, True)
         raise _expired()
@@ -156,7 +156,7 @@ class NativeTransport:
         pool = self._last_pool
         if pool is None or pool.origin is not origin:
             pool = self._pool_of(origin)  # inlined above: every call comes here
-        now = time.monotonic()
+        now = monotonic()
         if now >= deadline:
             raise _expired()
         # The common case takes a warm socket without suspending.
@@ -190,7 +190,7 @@ class NativeTransport:
                         raise
                 except asyncio.CancelledError:
                     # Read out until the attempt's own time was up, no longer.
-                    allowance = min(deadline, now + self.options.read_timeout) - time.monotonic()
+                    allowance = min(deadline, now + self.options.read_timeout) - monotonic()
                     connection.abandon(waiter, allowance)
                     raise
                 finally:
@@ -200,11 +200,11 @@ class NativeTransport:
                 retried = True
             # (A socket closed between its release and this request: nothing was sent.)
             # The retry takes a slot like any other request: it may wait for one.
-            connection, reused = await pool.acquire_fresh(deadline, time.monotonic())
+            connection, reused = await pool.acquire_fresh(deadline, monotonic())
             now = _unexpired(pool, connection, deadline)
 
     async def stream(self, request: PreparedRequest, deadline: float) -> NativeStream:
-        if time.monotonic() >= deadline:
+        if monotonic() >= deadline:
             raise _expired()
         pool = self._pool(request.origin)
         connection, reused = await pool.acquire(deadline)
@@ -220,7 +220,7 @@ class NativeTransport:
                     # The one silent retry, as for request().
                     self.stats.stale_retries += 1
                     retried = True
-            connection, reused = await pool.acquire_fresh(deadline, time.monotonic())
+            connection, reused = await pool.acquire_fresh(deadline, monotonic())
             _unexpired(pool, connection, deadline)
 
     async def _open_stream(
@@ -240,7 +240,7 @@ class NativeTransport:
         if reused:
             self.stats.reused += 1
         # Armed until the body is complete: the deadline covers the whole stream.
-        stream.deadline_slot = pool.deadlines.arm(connection, stream, deadline, time.monotonic())
+        stream.deadline_slot = pool.deadlines.arm(connection, stream, deadline, monotonic())
         try:
             await stream.wait_head()
         except BaseException:

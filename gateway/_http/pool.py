@@ -16,9 +16,9 @@ import asyncio
 import contextlib
 import socket
 import ssl
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from time import monotonic
 from typing import Any, Protocol, cast
 
 from gateway import errors
@@ -159,7 +159,7 @@ class OriginPool(ConnectionOwner):
 
     async def acquire(self, deadline: float) -> tuple[Connection, bool]:
         """A ready connection and whether it was reused; waits at most until ``deadline``."""
-        now = time.monotonic()
+        now = monotonic()
         connection = self.pop_idle(now)
         if connection is not None:
             return connection, True
@@ -251,7 +251,7 @@ class OriginPool(ConnectionOwner):
         if connection is None:
             # Woken with a free slot rather than a socket (one was closed).
             self._granted -= 1
-            return await self._connect_within(deadline, time.monotonic()), False
+            return await self._connect_within(deadline, monotonic()), False
         return connection, True
 
     def _pass_on_if_granted(self, waiter: asyncio.Future[Connection | None]) -> None:
@@ -273,7 +273,7 @@ class OriginPool(ConnectionOwner):
             return
         if connection.idle:
             return  # already there: a socket is on the stack at most once
-        connection.last_used = time.monotonic()
+        connection.last_used = monotonic()
         if not (self._waiters and self._wake_waiter(connection)):
             self._push_idle(connection)
 
@@ -313,7 +313,7 @@ class OriginPool(ConnectionOwner):
 
     def _reap(self) -> None:
         self._reaper = None
-        now = time.monotonic()
+        now = monotonic()
         keep = []
         for connection in self._idle:
             if now - connection.last_used > self.options.idle_timeout_s:

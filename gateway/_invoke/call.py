@@ -44,9 +44,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from time import monotonic
 from typing import Final
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
@@ -296,7 +296,7 @@ def emit_attempt(
 ) -> None:
     outcome = attempt_outcome(error)
     code = code_of(error) if outcome == FAILED and error is not None else None
-    duration = time.monotonic() - started
+    duration = monotonic() - started
     emit(new_event(AttemptFinished, (route, target, endpoint, kind, outcome, duration, code)))
     if kind == HEDGE and outcome == LOST:
         emit(HedgeLost(route, target))
@@ -317,7 +317,7 @@ def cancelled_outcome(error: BaseException, kind: str, deadline: float) -> Outco
         and error.args[0] == _HEDGE_WON
     ):
         return _FAILURE
-    if time.monotonic() >= deadline:
+    if monotonic() >= deadline:
         return _FAILURE
     return _CANCELLED
 
@@ -456,7 +456,7 @@ class RelayedCall:
             record(route, state, plan.endpoint, self.started, None, PRIMARY, self.invoker.emit)
         else:
             route.finish(state, self.started, _SUCCESS)
-            now = self.answered_at = time.monotonic()
+            now = self.answered_at = monotonic()
             counts(route.name, state.key, now - self.started, now - self.call_started)
         return response
 
@@ -599,7 +599,7 @@ class Invoker:
         The plain path, one attempt that succeeds, is inlined here and builds
         no CallSpec: only a hedge or a failure needs one.
         """
-        if time.monotonic() >= deadline:
+        if monotonic() >= deadline:
             # Nothing is sent, and the target's health is not charged for it
             # (the metrics hook counts it from the call's CallFinished).
             raise errors.DeadlineExceeded("the call's deadline passed before the first attempt")
@@ -608,7 +608,7 @@ class Invoker:
             raise errors.NoHealthyTarget(f"route {route.name}: every target is ejected")
         if route.hedging:
             delay = route.hedge_delay()
-            if delay is not None and time.monotonic() + delay < deadline:
+            if delay is not None and monotonic() + delay < deadline:
                 call = CallSpec(
                     route, operation, model, before_host, after_host, variant_pinned, body, deadline
                 )
@@ -760,7 +760,7 @@ class Invoker:
         # and never spends a budget token.
         await asyncio.sleep(0)
         route = call.route
-        if race.primary_done or time.monotonic() >= call.deadline or not route.try_acquire_hedge():
+        if race.primary_done or monotonic() >= call.deadline or not route.try_acquire_hedge():
             return None
         backup = route.pick(call.model, exclude=(primary,), reuse_excluded=True)
         if backup is None:
@@ -821,7 +821,7 @@ class Invoker:
         last: errors.GatewayError = error
 
         def stop(state: RetryCallState) -> bool:
-            remaining = call.deadline - time.monotonic()
+            remaining = call.deadline - monotonic()
             attempt = state.attempt_number
             if remaining <= route.backoff(attempt) or remaining <= route.ready_in(tried):
                 return True  # a Retry-After wait that outlasts the deadline is no retry
@@ -835,7 +835,7 @@ class Invoker:
                 backoff *= 2  # the far side asked for room: give it some
             # Every target left is cooling down (Retry-After): wait for the first one back.
             backoff = max(backoff, route.ready_in(tried))
-            return max(0.0, min(backoff, call.deadline - time.monotonic()))
+            return max(0.0, min(backoff, call.deadline - monotonic()))
 
         def scheduled(state: RetryCallState) -> None:
             # tenacity runs ``wait`` before ``stop``: only here is a retry certain.
@@ -878,7 +878,7 @@ class Invoker:
     async def _retry_once(
         self, call: CallSpec, tried: list[TargetState], last: errors.GatewayError
     ) -> InvokeResult:
-        if time.monotonic() >= call.deadline:
+        if monotonic() >= call.deadline:
             raise errors.DeadlineExceeded("the call's deadline passed before a retry")
         route = call.route
         state = route.pick(call.model, exclude=tried, reuse_excluded=last.retryable)
@@ -896,7 +896,7 @@ class Invoker:
         if (
             not isinstance(error, errors.DeadlineExceeded)
             and error.retryable
-            and time.monotonic() >= call.deadline
+            and monotonic() >= call.deadline
         ):
             deadline_error = errors.DeadlineExceeded(
                 f"deadline passed after {call.attempts} attempt(s); last error: {error}"
@@ -1009,7 +1009,7 @@ class Invoker:
             # A probe whose content type cannot be sent fails like any other.
             values = INVOKE.values({"ContentType": content_type})
             request = prepared(plan, INVOKE, before_host_headers(INVOKE, values), [], True, body)
-            response = await self._transport.request(request, time.monotonic() + 1.0)
+            response = await self._transport.request(request, monotonic() + 1.0)
         except errors.GatewayError:
             return False
         return response.status == 200
@@ -1047,7 +1047,7 @@ def _worth_retrying(error: errors.GatewayError, route: Route, tried: list[Target
 
 
 def _check_deadline(deadline: float) -> None:
-    if time.monotonic() >= deadline:
+    if monotonic() >= deadline:
         raise errors.DeadlineExceeded("the call's deadline passed before it was sent")
 
 
@@ -1075,11 +1075,11 @@ async def observed_call(
     """
     if started is None:
         emit(new_event(CallStarted, (route, model, operation)))
-        started = time.monotonic()
+        started = monotonic()
     try:
         result = await call
     except BaseException as error:
-        duration = time.monotonic() - started
+        duration = monotonic() - started
         emit(call_failed(route, model, None, duration, error, operation))
         raise
     emit_call_finished(
@@ -1119,7 +1119,7 @@ def emit_call_finished(
                 route,
                 model,
                 result.target,
-                time.monotonic() - started,
+                monotonic() - started,
                 result.attempts,
                 result.hedged,
                 result.cache,

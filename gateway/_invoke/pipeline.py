@@ -20,8 +20,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
-import time
 from collections.abc import Awaitable, Callable
+from time import monotonic
 from typing import TYPE_CHECKING
 
 from gateway import errors
@@ -88,7 +88,7 @@ def _deadline(ctx: CallContext, route: Route, timeout: float | None) -> float:
         timeout = route.timeout_s or ctx.default_timeout
     else:
         check_timeout(timeout)
-    return time.monotonic() + timeout
+    return monotonic() + timeout
 
 
 def call(
@@ -190,7 +190,7 @@ async def invoke(
                 if ctx.emit is not None:
                     emit_cached_call(ctx.emit, route.name, model, hit)
                 return hit  # nothing else to build
-        deadline = time.monotonic() + timeout
+        deadline = monotonic() + timeout
         credentials = ctx.credentials
         if credentials is not None and credentials.must_wait():
             await credentials.fresh(deadline)  # only inside the mandatory window
@@ -453,7 +453,7 @@ async def _open_stream(
     emit = ctx.emit
     if emit is not None:
         emit(CallStarted(route.name, None, operation_name))
-    started = time.monotonic()
+    started = monotonic()
     try:
         deadline = _deadline(ctx, route, timeout)
         payload = payload_bytes(body, plan.limit, operation_name)
@@ -467,7 +467,7 @@ async def _open_stream(
         opened, finish = await lane.invoker.open_stream(route, state, target, request, deadline)
     except BaseException as error:
         if emit is not None:
-            duration = time.monotonic() - started
+            duration = monotonic() - started
             emit(call_failed(route.name, None, target.endpoint, duration, error, operation_name))
         raise
     into.response_headers = opened.headers
@@ -546,15 +546,15 @@ async def _observed_queued(
     secrets: tuple[str, ...],
 ) -> AsyncInvocation:
     emit(CallStarted(route, None, operation))
-    started = time.monotonic()
+    started = monotonic()
     try:
         answer = async_invocation_from_response(await call)
     except BaseException as error:
-        duration = time.monotonic() - started
+        duration = monotonic() - started
         emit(call_failed(route, None, endpoint, duration, error, operation))
         raise
     request_id = safe_request_id(answer.request_id, secrets)
-    emit(_one_attempt(route, endpoint, time.monotonic() - started, operation, request_id))
+    emit(_one_attempt(route, endpoint, monotonic() - started, operation, request_id))
     return answer
 
 
@@ -583,7 +583,7 @@ def _finish_observed(
 
     def finished(error: BaseException | None) -> None:
         finish(error)
-        duration = time.monotonic() - started
+        duration = monotonic() - started
         if error is None:
             emit(_one_attempt(route, endpoint, duration, operation, request_id))
         else:

@@ -16,10 +16,10 @@ import contextlib
 import logging
 import socket
 import struct
-import time
 from collections.abc import Sequence
 from email.utils import formatdate
 from http import HTTPStatus
+from time import time as wall_time
 from typing import Final
 
 from gateway._server.messages import (
@@ -72,7 +72,7 @@ class _DateHeader:
         self._line_bytes = b""
 
     def line(self) -> str:
-        second = int(time.time())
+        second = int(wall_time())
         if second != self._second:
             self._second = second
             self._line = f"date: {formatdate(second, usegmt=True)}\r\n"
@@ -80,7 +80,7 @@ class _DateHeader:
         return self._line
 
     def line_bytes(self) -> bytes:
-        second = int(time.time())
+        second = int(wall_time())
         if second != self._second:
             self.line()
         return self._line_bytes

@@ -18,6 +18,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from time import monotonic
 from typing import Final, cast
 from urllib.parse import unquote
 
@@ -283,7 +284,7 @@ class SidecarApp:
     async def _invocation(
         self, request: Request, action: Action, name: str
     ) -> Response | StreamingResponse:
-        started = time.monotonic()  # finished's clock (the gateway's, for the relay lane)
+        started = monotonic()  # finished's clock (the gateway's, for the relay lane)
         refused = self._admit(request, action.runtime_errors)
         if refused is not None:
             return refused
@@ -345,7 +346,7 @@ class SidecarApp:
                 action.label,
                 self.metrics.route_label(name),
                 response.status,
-                (now or time.monotonic()) - started,
+                (now or monotonic()) - started,
                 len(request.body),
                 len(response.body) if isinstance(response, Response) else 0,
             )
@@ -594,7 +595,7 @@ class RelayLane(Relay):
 
     def take(self, request: Request, answered: Answered) -> bool:
         # One clock reading: the sidecar's latency and the call's start (its deadline).
-        started = time.monotonic()
+        started = monotonic()
         app = self._app
         if request.method != "POST" or app.in_flight >= app._max_in_flight:
             return False

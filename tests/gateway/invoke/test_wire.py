@@ -445,7 +445,7 @@ def test_presigned_heads_equal_the_plain_signing(
     from gateway._http.request import PreparedRequest, RequestSigner
 
     now = [1_790_000_000.0]
-    monkeypatch.setattr("gateway._aws.sigv4.time.time", lambda: now[0])
+    monkeypatch.setattr("gateway._aws.sigv4.wall_time", lambda: now[0])
     current = [Credentials("AKID", "secret", token)]
     signer = RequestSigner(SigV4Signer("us-east-1"), lambda: current[0])
     origin = Origin.from_url("https://runtime.sagemaker.us-east-1.amazonaws.com")
