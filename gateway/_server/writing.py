@@ -16,7 +16,7 @@ import contextlib
 import logging
 import socket
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from email.utils import formatdate
 from http import HTTPStatus
 from time import time as wall_time
@@ -56,6 +56,15 @@ def _status_line(status: int) -> str:
         line = _STATUS_LINES[status] = f"HTTP/1.1 {status} {_reason(status)}\r\n"
     return line
 
+
+# A relay's answer in one C copy (_heads.c) where it was built (see _copied_answer).
+_native_copied_answer: Callable[[bytes, bytes, bytes, bytes, bytes], bytes] | None = None
+try:
+    from gateway._http import _heads
+
+    _native_copied_answer = _heads.copied_answer
+except ImportError:
+    pass
 
 # The status lines of answers written from bytes (see _copied_answer), by status.
 _STATUS_LINE_BYTES: Final[dict[int, bytes]] = {}
@@ -124,12 +133,22 @@ def _encode_head(
 
 def _copied_answer(status: int, head_lines: bytes, server_line: bytes, body: bytes) -> bytes:
     """A kept-alive answer whose only fields are copied lines (a relay's), and its body:
-    one join of bytes, no text formatted or encoded."""
+    one join of bytes, no text formatted or encoded (in C where it was built)."""
     status_line = _STATUS_LINE_BYTES.get(status)
     if status_line is None:
         status_line = _STATUS_LINE_BYTES[status] = _status_line(status).encode("latin-1")
+    native = _native_copied_answer
+    if native is not None:
+        return native(status_line, head_lines, _date.line_bytes(), server_line, body)
+    return python_copied_answer(status_line, head_lines, _date.line_bytes(), server_line, body)
+
+
+def python_copied_answer(
+    status_line: bytes, head_lines: bytes, date_line: bytes, server_line: bytes, body: bytes
+) -> bytes:
+    """``_heads.copied_answer`` in Python: where it is not built, and its reference."""
     length = b"content-length: %d\r\n\r\n" % len(body)
-    return b"".join((status_line, head_lines, _date.line_bytes(), server_line, length, body))
+    return b"".join((status_line, head_lines, date_line, server_line, length, body))
 
 
 def simple_response(status: int, message: str, close: bool) -> bytes:

@@ -146,6 +146,8 @@ class SidecarApp:
         self._max_in_flight = config.max_in_flight
         # Per operation (by id: it is not hashable; kept alive here), header name -> role.
         self._header_roles: dict[int, tuple[Operation, dict[str, int]]] = {}
+        self._roles_operation: Operation | None = None
+        self._roles: dict[str, int] = {}
         self._default_timeout = (
             config.default_timeout_ms / 1000 if config.default_timeout_ms is not None else None
         )
@@ -408,10 +410,10 @@ class SidecarApp:
         """
         members = operation.headers
         values: list[object] = [None] * len(members)
-        kept = self._header_roles.get(id(operation))
-        if kept is None:
-            kept = self._header_roles[id(operation)] = (operation, {})
-        roles = kept[1]
+        if operation is self._roles_operation:
+            roles = self._roles  # (the last operation's: one comparison, the common case)
+        else:
+            roles = self._header_roles_of(operation)
         timeout = self._default_timeout
         cache: bool | None = None
         user_agent: str | None = None
@@ -438,6 +440,14 @@ class SidecarApp:
             else:
                 raise _BadRequest(f"header {header} is not supported by this operation")
         return tuple(values), timeout, cache, user_agent
+
+    def _header_roles_of(self, operation: Operation) -> dict[str, int]:
+        kept = self._header_roles.get(id(operation))
+        if kept is None:
+            kept = self._header_roles[id(operation)] = (operation, {})
+        self._roles_operation = operation
+        self._roles = kept[1]
+        return kept[1]
 
     # -- operations ----------------------------------------------------------
 
