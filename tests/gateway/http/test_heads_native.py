@@ -433,3 +433,10 @@ def test_the_server_writes_the_c_copied_answer() -> None:
 def test_copied_answer_takes_five_bytes(arguments: tuple[object, ...]) -> None:
     with pytest.raises(TypeError):
         native.copied_answer(*arguments)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("size", [0, 1, 9, 10, 99, 100, 65_536, 1_000_001])
+def test_the_copied_answer_states_each_length_in_decimal(size: int) -> None:
+    body = b"x" * size
+    answer = native.copied_answer(b"HTTP/1.1 200 OK\r\n", b"", b"", b"", body)
+    assert answer == b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%b" % (size, body)
