@@ -33,12 +33,6 @@
  * The result is the kept lines, each ending in CRLF, in the order received; or
  * None where any rule refuses the head.
  *
- * copied_answer(status_line, lines, date_line, server_line, body): the answer a relay
- * writes with the lines field_lines kept: those parts, a Content-Length line, the
- * blank line and the body, in one new bytes object. bytes.join over a tuple and
- * bytes formatting for the length cost about 1,500 instructions; one allocation and
- * a copy of each part a tenth of that.
- *
  * unread(fd): whether bytes nobody read yet (or the peer's close, or an error) wait
  * on the socket `fd`, the check a pooled socket gets before each reuse: one poll(2)
  * with a zero timeout. select.poll makes the same call, but releases and takes back
@@ -372,59 +366,6 @@ plain_answer(PyObject *module, PyObject *data)
     return PyLong_FromSsize_t(plain_head_end(text, PyBytes_GET_SIZE(data)));
 }
 
-PyDoc_STRVAR(copied_answer_doc,
-"copied_answer(status_line, lines, date_line, server_line, body, /)\n--\n\n"
-"status_line + lines + date_line + server_line + b\"content-length: N\\r\\n\\r\\n\"\n"
-"+ body, N being len(body): five bytes objects in, one out.");
-
-static PyObject *
-copied_answer(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "copied_answer() takes five bytes objects");
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < 5; i++) {
-        if (!PyBytes_Check(args[i])) {
-            PyErr_SetString(PyExc_TypeError, "copied_answer() takes five bytes objects");
-            return NULL;
-        }
-    }
-    static const char length_name[] = "content-length: ";
-    Py_ssize_t body_size = PyBytes_GET_SIZE(args[4]);
-    /* The length in decimal, written from its end (snprintf costs several hundred
-     * instructions for this). */
-    char digits[24];
-    char *first = digits + sizeof(digits);
-    size_t rest = (size_t)body_size;
-    do {
-        *--first = (char)('0' + rest % 10);
-        rest /= 10;
-    } while (rest != 0);
-    int digit_count = (int)(digits + sizeof(digits) - first);
-    Py_ssize_t size = (Py_ssize_t)(sizeof(length_name) - 1) + digit_count + 4;
-    for (Py_ssize_t i = 0; i < 5; i++) {
-        size += PyBytes_GET_SIZE(args[i]);
-    }
-    PyObject *answer = PyBytes_FromStringAndSize(NULL, size);
-    if (answer == NULL) {
-        return NULL;
-    }
-    char *out = PyBytes_AS_STRING(answer);
-    for (Py_ssize_t i = 0; i < 4; i++) {
-        memcpy(out, PyBytes_AS_STRING(args[i]), (size_t)PyBytes_GET_SIZE(args[i]));
-        out += PyBytes_GET_SIZE(args[i]);
-    }
-    memcpy(out, length_name, sizeof(length_name) - 1);
-    out += sizeof(length_name) - 1;
-    memcpy(out, first, (size_t)digit_count);
-    out += digit_count;
-    memcpy(out, "\r\n\r\n", 4);
-    out += 4;
-    memcpy(out, PyBytes_AS_STRING(args[4]), (size_t)body_size);
-    return answer;
-}
-
 #ifndef _WIN32
 PyDoc_STRVAR(unread_doc,
 "unread(fd, /)\n--\n\n"
@@ -454,8 +395,6 @@ static PyMethodDef methods[] = {
     {"unread", (PyCFunction)unread, METH_O, unread_doc},
 #endif
     {"plain_answer", (PyCFunction)plain_answer, METH_O, plain_answer_doc},
-    {"copied_answer", (PyCFunction)(void (*)(void))copied_answer, METH_FASTCALL,
-     copied_answer_doc},
     {"bind_fields", (PyCFunction)(void (*)(void))bind_fields, METH_FASTCALL, bind_fields_doc},
     {"field_lines", (PyCFunction)field_lines, METH_O, field_lines_doc},
     {"head_end", (PyCFunction)(void (*)(void))head_end, METH_FASTCALL, head_end_doc},
@@ -466,7 +405,7 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     "gateway._http._heads",
     "Scans of a received answer head (where it ends, the field lines a relay copies), "
-    "the relay's answer built from them, and the check of an idle socket.",
+    "and the check of an idle socket.",
     -1,
     methods,
 };

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from time import monotonic
 
 from gateway import errors
-from gateway._http.connection import Connection, NativeStream
+from gateway._http.connection import AnswerWaiter, Connection, NativeStream, Settlement
 from gateway._http.deadlines import Slot
 from gateway._http.interfaces import TransportStats, make_ssl_context
 from gateway._http.message import Origin, RawResponse
@@ -102,14 +102,14 @@ class NativeTransport:
         request: PreparedRequest,
         deadline: float,
         now: float,
-        then: Callable[[asyncio.Future[RawResponse]], None],
-    ) -> tuple[asyncio.Future[RawResponse], Slot]:
+        then: Callable[[AnswerWaiter], None],
+    ) -> tuple[AnswerWaiter, Slot]:
         """Write ``request`` on ``connection`` (from :meth:`idle_connection`); its answer's
-        future and the deadline slot to pop it from when the answer is in. ``then(future)``
-        is called once the future is done: from the connection's own callback as the
+        waiter and the deadline slot to pop it from when the answer is in. ``then(waiter)``
+        is called once the waiter is done: from the connection's own callback as the
         answer completes (see :meth:`Connection.send_then`), never from inside this call.
 
-        The future fails with :class:`~gateway.errors.StaleConnection` where the
+        The waiter fails with :class:`~gateway.errors.StaleConnection` where the
         socket died while idle (before any answer byte, or before the write):
         :meth:`request` with ``fresh=True`` is then the one silent retry.
         """
@@ -129,14 +129,15 @@ class NativeTransport:
         data: bytes,
         deadline: float,
         now: float,
-        then: Callable[[asyncio.Future[RawResponse]], None],
-    ) -> tuple[asyncio.Future[RawResponse], Slot]:
-        """:meth:`send_on` for a request already encoded and signed: ``data`` is all of it."""
+        then: Callable[[AnswerWaiter], None],
+    ) -> tuple[AnswerWaiter, Slot]:
+        """:meth:`send_on` for a request already encoded and signed: ``data`` is all of it.
+        Nothing awaits the waiter it returns (a :class:`Settlement`): ``then`` reads it."""
         pool = self._pool_of(origin)
         waiter = connection.send_then(data, then)
         if waiter is None:
             # Closed between the pop and the write: nothing was sent.
-            waiter = pool.loop.create_future()
+            waiter = Settlement()
             waiter.set_exception(
                 errors.StaleConnection("connection closed before the request was sent", sent=False)
             )

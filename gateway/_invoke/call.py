@@ -53,6 +53,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
 from gateway import errors
 from gateway._aws.sigv4 import PresignedHead, payload_sha256
+from gateway._http.connection import AnswerWaiter
 from gateway._http.deadlines import Slot
 from gateway._http.interfaces import StreamingResponse, Transport
 from gateway._http.message import RawResponse
@@ -381,7 +382,7 @@ class RelayedCall:
         plan: TargetPlan,
         started: float,
         sent: tuple[bytes, str],
-        answer: asyncio.Future[RawResponse],
+        answer: AnswerWaiter,
         slot: Slot,
         spec: tuple[
             Operation,
@@ -663,7 +664,7 @@ class Invoker:
         now: float,
         deadline: float,
         user_agent: str | None,
-        then: Callable[[asyncio.Future[RawResponse]], None],
+        then: Callable[[AnswerWaiter], None],
     ) -> RelayedCall | None:
         """:meth:`invoke`'s first attempt, sent without suspending (from a protocol
         callback); None, with nothing started, where it cannot be: no warm socket to

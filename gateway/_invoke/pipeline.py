@@ -17,7 +17,6 @@ far side echoed.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import math
 from collections.abc import Awaitable, Callable
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from gateway import errors
 from gateway._aws.models import SAGEMAKER_RUNTIME
+from gateway._http.connection import AnswerWaiter
 from gateway._http.message import RawResponse
 from gateway._invoke.api import (
     BODY,
@@ -283,7 +283,7 @@ def relay(
     members: tuple[object, ...],
     timeout: float | None,
     user_agent: str | None,
-    then: Callable[[asyncio.Future[RawResponse]], None],
+    then: Callable[[AnswerWaiter], None],
     now: float,
 ) -> RelayedCall | None:
     """:func:`invoke`'s call on ``route`` (from :func:`relay_route`) with its first

@@ -16,6 +16,13 @@
  * gateway/_server/parsing.py uses it where it was built and binds the field
  * names clients send on every request (bind_names), whose lower-case strings
  * it then shares rather than makes.
+ *
+ * copied_answer(status_line, lines, date_line, server_line, body): the answer the
+ * server writes for a relay that copied an upstream's field lines
+ * (gateway/_server/writing.py): those parts, a Content-Length line, the blank
+ * line and the body, in one new bytes object. bytes.join over a tuple and bytes
+ * formatting for the length cost about 1,500 instructions; one allocation and a
+ * copy of each part a tenth of that.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -285,17 +292,73 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(copied_answer_doc,
+"copied_answer(status_line, lines, date_line, server_line, body, /)\n--\n\n"
+"status_line + lines + date_line + server_line + b\"content-length: N\\r\\n\\r\\n\"\n"
+"+ body, N being len(body): five bytes objects in, one out.");
+
+static PyObject *
+copied_answer(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "copied_answer() takes five bytes objects");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < 5; i++) {
+        if (!PyBytes_Check(args[i])) {
+            PyErr_SetString(PyExc_TypeError, "copied_answer() takes five bytes objects");
+            return NULL;
+        }
+    }
+    static const char length_name[] = "content-length: ";
+    Py_ssize_t body_size = PyBytes_GET_SIZE(args[4]);
+    /* The length in decimal, written from its end (snprintf costs several hundred
+     * instructions for this). */
+    char digits[24];
+    char *first = digits + sizeof(digits);
+    size_t rest = (size_t)body_size;
+    do {
+        *--first = (char)('0' + rest % 10);
+        rest /= 10;
+    } while (rest != 0);
+    int digit_count = (int)(digits + sizeof(digits) - first);
+    Py_ssize_t size = (Py_ssize_t)(sizeof(length_name) - 1) + digit_count + 4;
+    for (Py_ssize_t i = 0; i < 5; i++) {
+        size += PyBytes_GET_SIZE(args[i]);
+    }
+    PyObject *answer = PyBytes_FromStringAndSize(NULL, size);
+    if (answer == NULL) {
+        return NULL;
+    }
+    char *out = PyBytes_AS_STRING(answer);
+    for (Py_ssize_t i = 0; i < 4; i++) {
+        memcpy(out, PyBytes_AS_STRING(args[i]), (size_t)PyBytes_GET_SIZE(args[i]));
+        out += PyBytes_GET_SIZE(args[i]);
+    }
+    memcpy(out, length_name, sizeof(length_name) - 1);
+    out += sizeof(length_name) - 1;
+    memcpy(out, first, (size_t)digit_count);
+    out += digit_count;
+    memcpy(out, "\r\n\r\n", 4);
+    out += 4;
+    memcpy(out, PyBytes_AS_STRING(args[4]), (size_t)body_size);
+    return answer;
+}
+
 static PyMethodDef methods[] = {
     {"bind_names", (PyCFunction)bind_names, METH_VARARGS, bind_names_doc},
     {"plain_request", (PyCFunction)(void (*)(void))plain_request, METH_FASTCALL,
      plain_request_doc},
+    {"copied_answer", (PyCFunction)(void (*)(void))copied_answer, METH_FASTCALL,
+     copied_answer_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     "gateway._server._request_heads",
-    "A read that is exactly one plain request, in one pass (see parsing.py).",
+    "A read that is exactly one plain request, in one pass (see parsing.py); and the "
+    "answer to a relayed one, in one copy (see writing.py).",
     -1,
     methods,
 };

@@ -57,12 +57,12 @@ def _status_line(status: int) -> str:
     return line
 
 
-# A relay's answer in one C copy (_heads.c) where it was built (see _copied_answer).
+# A relay's answer in one C copy (_request_heads.c) where it was built (see _copied_answer).
 _native_copied_answer: Callable[[bytes, bytes, bytes, bytes, bytes], bytes] | None = None
 try:
-    from gateway._http import _heads
+    from gateway._server import _request_heads
 
-    _native_copied_answer = _heads.copied_answer
+    _native_copied_answer = _request_heads.copied_answer
 except ImportError:
     pass
 
@@ -146,7 +146,7 @@ def _copied_answer(status: int, head_lines: bytes, server_line: bytes, body: byt
 def python_copied_answer(
     status_line: bytes, head_lines: bytes, date_line: bytes, server_line: bytes, body: bytes
 ) -> bytes:
-    """``_heads.copied_answer`` in Python: where it is not built, and its reference."""
+    """``_request_heads.copied_answer`` in Python: where it is not built, and its reference."""
     length = b"content-length: %d\r\n\r\n" % len(body)
     return b"".join((status_line, head_lines, date_line, server_line, length, body))
 

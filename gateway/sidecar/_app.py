@@ -33,6 +33,7 @@ from prometheus_client import (
 from gateway import errors
 from gateway._aws.models import SAGEMAKER_RUNTIME, service_model
 from gateway._client import Gateway
+from gateway._http.connection import AnswerWaiter
 from gateway._http.message import RawResponse
 from gateway._invoke import pipeline
 from gateway._invoke.api import (
@@ -730,7 +731,7 @@ class _Relayed:
         self.name = name
         self.started = started
 
-    def done(self, answer: asyncio.Future[RawResponse]) -> None:
+    def done(self, answer: AnswerWaiter) -> None:
         call = self.call
         if call is not None:  # (always, once the lane has taken the request)
             self.call = None  # answered once, and no cycle left through it

@@ -18,7 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway._server import parsing
+from gateway._server import parsing, writing
+from gateway._server.writing import python_copied_answer
 from tests.gateway._plain_messages import fields, messages
 
 native = pytest.importorskip("gateway._server._request_heads", reason="a pure build: no C helper")
@@ -296,3 +297,40 @@ def test_binding_refuses_what_is_not_lower_case_names(
     with pytest.raises(error):
         native.bind_names(*arguments)
     test_a_plain_request_gives_what_the_reader_keeps()  # the bound names still hold
+
+
+@settings(max_examples=500)
+@given(st.lists(st.binary(max_size=300), min_size=5, max_size=5))
+def test_the_c_copied_answer_is_the_python_one(parts: list[bytes]) -> None:
+    status_line, lines, date_line, server_line, body = parts
+    answer = native.copied_answer(status_line, lines, date_line, server_line, body)
+    assert answer == python_copied_answer(status_line, lines, date_line, server_line, body)
+    assert answer.endswith(b"content-length: %d\r\n\r\n%b" % (len(body), body))
+
+
+def test_the_server_writes_the_c_copied_answer() -> None:
+    assert writing._native_copied_answer is native.copied_answer
+    answer = writing._copied_answer(200, b"x-amzn-RequestId: r-1\r\n", b"server: s\r\n", b"{}")
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\nx-amzn-RequestId: r-1\r\ndate: ")
+    assert answer.endswith(b"\r\nserver: s\r\ncontent-length: 2\r\n\r\n{}")
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        (b"a", b"b", b"c", b"d"),
+        (b"a", b"b", b"c", b"d", "e"),
+        (b"a", bytearray(b"b"), b"c", b"d", b"e"),
+    ],
+    ids=["four", "a-str-body", "a-bytearray"],
+)
+def test_copied_answer_takes_five_bytes(arguments: tuple[object, ...]) -> None:
+    with pytest.raises(TypeError):
+        native.copied_answer(*arguments)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("size", [0, 1, 9, 10, 99, 100, 65_536, 1_000_001])
+def test_the_copied_answer_states_each_length_in_decimal(size: int) -> None:
+    body = b"x" * size
+    answer = native.copied_answer(b"HTTP/1.1 200 OK\r\n", b"", b"", b"", body)
+    assert answer == b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%b" % (size, body)
