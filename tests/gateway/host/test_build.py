@@ -88,14 +88,22 @@ def test_an_edited_shared_header_makes_the_c_helpers_stale(
     assert _build.stale_modules() == ["staleheader._fast"]
 
 
+def _package(root: Path, name: str, sources: dict[str, str], built: tuple[str, ...]) -> None:
+    """A package ``name`` under ``root`` (on sys.path) with these source files, and an
+    (empty) extension file for each of ``built``."""
+    package = root / name
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for file, text in sources.items():
+        (package / file).write_text(text)
+    for module in built:
+        (package / f"{module}{importlib.machinery.EXTENSION_SUFFIXES[0]}").write_bytes(b"")
+
+
 def test_a_compiled_module_is_reported_compiled(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    package = tmp_path / "builtpkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "hot.py").write_text("X = 1\n")
-    (package / f"hot{importlib.machinery.EXTENSION_SUFFIXES[0]}").write_bytes(b"")
+    _package(tmp_path, "builtpkg", {"hot.py": "X = 1\n"}, ("hot",))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(_build, "HOT_PATH", ("builtpkg/hot.py",))
     assert _build.compiled_modules() == {"builtpkg.hot": True}
@@ -105,12 +113,7 @@ def test_a_c_helper_that_was_not_built_is_reported_missing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # One helper built (an extension file), one left as its source only (a failed compile).
-    package = tmp_path / "helperpkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "_built.c").write_text("")
-    (package / f"_built{importlib.machinery.EXTENSION_SUFFIXES[0]}").write_bytes(b"")
-    (package / "_failed.c").write_text("")
+    _package(tmp_path, "helperpkg", {"_built.c": "", "_failed.c": ""}, ("_built",))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(_build, "NATIVE_HELPERS", ("helperpkg/_built.c", "helperpkg/_failed.c"))
     assert _build.missing_helpers() == ["helperpkg._failed"]
