@@ -423,12 +423,6 @@ class SidecarProcess:
         env: Mapping[str, str] | None,
     ) -> SidecarProcess:
         config_file: str | None = None
-        admin_url: str | None = None
-        if "--admin-listen" not in args:
-            # A free loopback port, so that the caller knows where to scrape.
-            admin_port = _free_port()
-            admin_url = f"http://127.0.0.1:{admin_port}"
-            args = [*args, "--admin-listen", f"127.0.0.1:{admin_port}"]
         command = [sys.executable, "-m", "gateway", "sidecar", "--listen", listen, *args]
         if isinstance(config, str | Path):
             command += ["--config", str(config)]
@@ -437,14 +431,35 @@ class SidecarProcess:
             with os.fdopen(descriptor, "wb") as file:
                 file.write(orjson.dumps(config))
             command += ["--config", config_file]
-        process = child_process.start(command, env={**os.environ, **(env or {})})
-        try:
-            url = child_process.read_ready_line(process, _READY_PREFIX, "sidecar", timeout=30.0)
-        except BaseException:
-            child_process.terminate(process, grace=30)
-            _unlink(config_file)
-            raise
-        return cls(process, url, config_file, admin_url)
+        choose_admin = "--admin-listen" not in args
+        for attempt in range(1, _ADMIN_PORT_TRIES + 1):
+            admin_url: str | None = None
+            admin_args: list[str] = []
+            if choose_admin:
+                # A free loopback port, so that the caller knows where to scrape.
+                admin_port = _free_port()
+                admin_url = f"http://127.0.0.1:{admin_port}"
+                admin_args = ["--admin-listen", f"127.0.0.1:{admin_port}"]
+            process = child_process.start(
+                [*command, *admin_args], env={**os.environ, **(env or {})}
+            )
+            try:
+                url = child_process.read_ready_line(process, _READY_PREFIX, "sidecar", timeout=30.0)
+            except BaseException as failure:
+                child_process.terminate(process, grace=30)
+                # The port chosen here was free when probed, not when the child bound
+                # it: another process can take it between (the child exits with 2).
+                if (
+                    isinstance(failure, RuntimeError)
+                    and choose_admin
+                    and process.returncode == 2
+                    and attempt < _ADMIN_PORT_TRIES
+                ):
+                    continue
+                _unlink(config_file)
+                raise
+            return cls(process, url, config_file, admin_url)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def terminate(self) -> None:
         """Send SIGTERM (graceful shutdown) without waiting."""
@@ -466,6 +481,10 @@ class SidecarProcess:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+# Attempts at a sidecar whose admin port SidecarProcess.start chose (see there).
+_ADMIN_PORT_TRIES = 3
 
 
 def _free_port() -> int:

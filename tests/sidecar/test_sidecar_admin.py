@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -220,3 +221,30 @@ def test_admin_listen_comes_from_the_environment_and_the_flag_wins() -> None:
     assert _admin_of(["--admin-listen", "off"], variable) == "off"
     with pytest.raises(ConfigError, match="--admin-listen"):
         _admin_of(["--admin-listen", "nowhere"], {})
+
+
+async def test_a_process_whose_chosen_admin_port_was_taken_starts_on_another(
+    emulator: Emulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SidecarProcess.start probes a free port for the admin listener, and the child binds
+    it a moment later: another process can take it between. It then chooses again."""
+    from gateway.sidecar import _sidecar
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        taken_port = taken.getsockname()[1]
+        chosen = iter([taken_port])
+        free_port = _sidecar._free_port
+        monkeypatch.setattr(_sidecar, "_free_port", lambda: next(chosen, None) or free_port())
+        config = _process_config(emulator)
+        args = ("--log-level", "ERROR")
+        process = await asyncio.to_thread(SidecarProcess.start, config, "127.0.0.1:0", args, None)
+        try:
+            assert process.admin_url is not None
+            assert process.admin_url != f"http://127.0.0.1:{taken_port}"
+            async with httpx.AsyncClient() as client:
+                metrics = await client.get(f"{process.admin_url}/metrics")
+            assert metrics.status_code == 200
+        finally:
+            await asyncio.to_thread(process.stop)
