@@ -22,6 +22,9 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <string.h>
+
+#include "../_http/_decimal.h"
 
 #define DIGEST_LENGTH 32
 #define HEX_LENGTH (2 * DIGEST_LENGTH)
@@ -183,18 +186,26 @@ signed_head(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     cleanse(&context, sizeof context);
     to_hex(digest, hex);
 
-    char tail[64];
-    int tail_length = PyOS_snprintf(
-        tail, sizeof tail, "\r\ncontent-length: %zd\r\n\r\n", body_length);
+    static const char length_name[] = "\r\ncontent-length: ";
+    char digits[DECIMAL_MAX];
+    const char *first = decimal_digits((size_t)body_length, digits + sizeof digits);
+    Py_ssize_t digit_count = (digits + sizeof digits) - first;
     Py_ssize_t start_length = PyBytes_GET_SIZE(start);
-    PyObject *head = PyBytes_FromStringAndSize(NULL, start_length + HEX_LENGTH + tail_length);
+    Py_ssize_t size = start_length + HEX_LENGTH + (Py_ssize_t)(sizeof length_name - 1)
+                      + digit_count + 4;
+    PyObject *head = PyBytes_FromStringAndSize(NULL, size);
     if (head == NULL) {
         return NULL;
     }
     char *out = PyBytes_AS_STRING(head);
     memcpy(out, PyBytes_AS_STRING(start), (size_t)start_length);
-    memcpy(out + start_length, hex, HEX_LENGTH);
-    memcpy(out + start_length + HEX_LENGTH, tail, (size_t)tail_length);
+    out += start_length;
+    memcpy(out, hex, HEX_LENGTH);
+    out += HEX_LENGTH;
+    memcpy(out, length_name, sizeof length_name - 1);
+    out += sizeof length_name - 1;
+    memcpy(out, first, (size_t)digit_count);
+    memcpy(out + digit_count, "\r\n\r\n", 4);
     return head;
 }
 

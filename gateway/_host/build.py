@@ -74,9 +74,11 @@ NATIVE_HELPERS = (
     "gateway/_server/_request_heads.c",
 )
 # What C helpers include from the package, and which: the plain HTTP syntax of both fast
-# paths. An edit to one is an edit to each helper that includes it.
+# paths, and the Content-Length digits of the heads and answers they write. An edit to
+# one is an edit to each helper that includes it.
 NATIVE_HEADERS = {
     "gateway/_http/_plain_syntax.h": ("gateway/_http/_heads.c", "gateway/_server/_request_heads.c"),
+    "gateway/_http/_decimal.h": ("gateway/_aws/_sigv4_tail.c", "gateway/_server/_request_heads.c"),
 }
 
 

@@ -461,11 +461,16 @@ class Connection:
         # Inline rather than _busy(): this runs on every call.
         if self.closed or self._waiter is not None or self._stream is not None or self._abandoned:
             return None  # never overwrite another request's waiter
+        waiter = self._loop.create_future()
+        self._write_request(waiter, data, reused)
+        return waiter
+
+    def _write_request(self, waiter: AnswerWaiter, data: bytes, reused: bool) -> None:
+        """Write a request on an open, free socket: ``waiter`` settles with its answer."""
         assert self._transport is not None
-        waiter = self._waiter = self._loop.create_future()
+        self._waiter = waiter
         self._start_message(reused)
         self._transport.write(data)
-        return waiter
 
     def send_streaming(self, data: bytes, reused: bool) -> NativeStream | None:
         if self._busy():
@@ -481,14 +486,11 @@ class Connection:
         the failure) settles the waiter: from this protocol's own callback, not one
         the loop runs later. ``then`` must not raise; nothing awaits the waiter, a
         :class:`Settlement`. None (nothing written) if the socket closed meanwhile."""
-        if self.closed or self._waiter is not None or self._stream is not None or self._abandoned:
+        if self._busy():
             return None  # never overwrite another request's waiter
-        assert self._transport is not None
         waiter = Settlement()
-        self._waiter = waiter
         self._then = then
-        self._start_message(True)
-        self._transport.write(data)
+        self._write_request(waiter, data, True)
         return waiter
 
     def abandon(self, waiter: AnswerWaiter, drain_timeout: float) -> None:

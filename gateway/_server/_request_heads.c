@@ -28,6 +28,7 @@
 #include <Python.h>
 #include <string.h>
 
+#include "../_http/_decimal.h"
 #include "../_http/_plain_syntax.h"
 
 #define MAX_NAMES 64
@@ -312,16 +313,9 @@ copied_answer(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     static const char length_name[] = "content-length: ";
     Py_ssize_t body_size = PyBytes_GET_SIZE(args[4]);
-    /* The length in decimal, written from its end (snprintf costs several hundred
-     * instructions for this). */
-    char digits[24];
-    char *first = digits + sizeof(digits);
-    size_t rest = (size_t)body_size;
-    do {
-        *--first = (char)('0' + rest % 10);
-        rest /= 10;
-    } while (rest != 0);
-    int digit_count = (int)(digits + sizeof(digits) - first);
+    char digits[DECIMAL_MAX];
+    const char *first = decimal_digits((size_t)body_size, digits + sizeof(digits));
+    Py_ssize_t digit_count = (digits + sizeof(digits)) - first;
     Py_ssize_t size = (Py_ssize_t)(sizeof(length_name) - 1) + digit_count + 4;
     for (Py_ssize_t i = 0; i < 5; i++) {
         size += PyBytes_GET_SIZE(args[i]);

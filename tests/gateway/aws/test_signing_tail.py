@@ -102,6 +102,18 @@ def test_a_head_the_tail_finishes_is_the_hashlib_paths(
     assert native.head(payload_hash, len(body)) == plain.head(payload_hash, len(body))
 
 
+@pytest.mark.parametrize("length", [0, 1, 9, 10, 99, 100, 65_536, 10**12])
+def test_the_tail_states_each_content_length_in_decimal(length: int) -> None:
+    amz_date = "20261205T101010Z"
+    headers = [("content-type", "application/json")]
+    native = _presigned(SigV4Signer("us-east-1"), "secret", amz_date, headers)
+    plain = _presigned(SigV4Signer("us-east-1", native=False), "secret", amz_date, headers)
+    payload_hash = payload_sha256(b"")
+    head = native.head(payload_hash, length)
+    assert head == plain.head(payload_hash, length)
+    assert head.endswith(b"\r\ncontent-length: %d\r\n\r\n" % length)
+
+
 def test_a_head_the_tail_finishes_is_signed_as_botocore_signs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
