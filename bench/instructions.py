@@ -156,7 +156,7 @@ def _callgrind(pid: int, *args: str) -> None:
 # lane starts a call from the request parser's callback and answers from the upstream
 # connection's.
 _TAKE = "CPyDef__app___RelayLane___take"
-_ANSWER = "CPyDef__app____Relayed___done"
+_ANSWER = "CPyDef__app____Relayed_____call__"
 _MEMBERS = "CPyDef__app___SidecarApp____members"
 # The payload hash, the head presigned once a second, and each request's signature: the
 # same functions whether a request's head is found by the lane or built by the handler.

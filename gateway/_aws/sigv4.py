@@ -24,7 +24,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from time import time as wall_time
-from typing import TYPE_CHECKING
+from types import ModuleType
+from typing import TYPE_CHECKING, Final
 from urllib.parse import quote
 
 if TYPE_CHECKING:
@@ -44,25 +45,36 @@ __all__ = [
     "payload_sha256",
 ]
 
+
 # The per-request tail in C (_sigv4_tail.c) where it was built and binds to the libcrypto
 # hashlib loaded: the body's hash, and the presigned states finished into the head, each
 # one call with no hashlib object. Without it (a pure build, no C compiler, no shared
 # libcrypto) hashlib does the same.
-_native_hex: Callable[[bytes], str] | None = None
-_native_state: Callable[[bytes], bytes] | None = None
-_native_head: Callable[[bytes, bytes, str, int], bytes] | None = None
-try:
-    from gateway._aws import _sigv4_tail
-    from gateway._aws._libcrypto import sha256_functions
+def _bound_tail() -> ModuleType | None:
+    try:
+        from gateway._aws import _sigv4_tail
+        from gateway._aws._libcrypto import sha256_functions
+    except ImportError:
+        return None
+    functions = sha256_functions()
+    if functions is None:
+        return None
+    try:
+        _sigv4_tail.bind(*functions)  # ImportError if they fail its self-test
+    except ImportError:
+        return None
+    return _sigv4_tail
 
-    _functions = sha256_functions()
-    if _functions is not None:
-        _sigv4_tail.bind(*_functions)  # ImportError if they fail its self-test
-        _native_hex = _sigv4_tail.sha256_hex
-        _native_state = _sigv4_tail.sha256_state
-        _native_head = _sigv4_tail.signed_head
-except ImportError:
-    pass
+
+# Final: compiled, each a C static rather than a look-up in the module's dict per call.
+_TAIL: Final = _bound_tail()
+_native_hex: Final[Callable[[bytes], str] | None] = None if _TAIL is None else _TAIL.sha256_hex
+_native_state: Final[Callable[[bytes], bytes] | None] = (
+    None if _TAIL is None else _TAIL.sha256_state
+)
+_native_head: Final[Callable[[bytes, bytes, str, int], bytes] | None] = (
+    None if _TAIL is None else _TAIL.signed_head
+)
 NATIVE_SIGNING = _native_head is not None
 
 ALGORITHM = "AWS4-HMAC-SHA256"

@@ -17,6 +17,7 @@ import select
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from time import monotonic
+from types import ModuleType
 from typing import Final, NoReturn, Protocol, cast
 
 import httptools
@@ -52,18 +53,26 @@ _STREAM_HIGH_WATER = 1024 * 1024
 # rather than bytes.find's method call and search set-up, a tenth of the instructions.
 # plain_answer: a read that is exactly one plain 200 answer, recognised in one pass
 # rather than through llhttp's five callbacks (see Connection._plain_answer).
-_native_head_end: Callable[[bytes, int], int] | None = None
-_native_plain_answer: Callable[[bytes], int] | None = None
-# unread: the poll(2) before a reuse, without select.poll's release of the GIL.
-_native_unread: Callable[[int], bool] | None = None
-try:
-    from gateway._http import _heads
+def _native_heads() -> ModuleType | None:
+    try:
+        from gateway._http import _heads
+    except ImportError:
+        return None
+    return _heads
 
-    _native_head_end = _heads.head_end
-    _native_plain_answer = _heads.plain_answer
-    _native_unread = getattr(_heads, "unread", None)  # (none on Windows)
-except ImportError:
-    pass
+
+# Final: compiled, each a C static rather than a look-up in the module's dict per call.
+_HEADS: Final = _native_heads()
+_native_head_end: Final[Callable[[bytes, int], int] | None] = (
+    None if _HEADS is None else _HEADS.head_end
+)
+_native_plain_answer: Final[Callable[[bytes], int] | None] = (
+    None if _HEADS is None else _HEADS.plain_answer
+)
+# unread: the poll(2) before a reuse, without select.poll's release of the GIL.
+_native_unread: Final[Callable[[int], bool] | None] = (
+    None if _HEADS is None else getattr(_HEADS, "unread", None)
+)
 
 
 def head_end(received: bytes, start: int) -> int:

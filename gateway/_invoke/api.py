@@ -292,9 +292,9 @@ def operations() -> Mapping[str, Operation]:
     return _OPERATIONS
 
 
-INVOKE = operations()["InvokeEndpoint"]
-INVOKE_STREAM = operations()["InvokeEndpointWithResponseStream"]
-INVOKE_ASYNC = operations()["InvokeEndpointAsync"]
+INVOKE: Final = operations()["InvokeEndpoint"]
+INVOKE_STREAM: Final = operations()["InvokeEndpointWithResponseStream"]
+INVOKE_ASYNC: Final = operations()["InvokeEndpointAsync"]
 # The newer runtimes' operations, by name: the installed botocore may lack their models
 # (a call then names the release it needs).
 INVOKE_ROUTER: Final = "InvokeInferenceRouter"
@@ -604,16 +604,20 @@ _SPELLINGS: Final = {
 # CR or LF (a line break that copying and reading could split differently), a NUL.
 _UNSAFE_BYTES: Final = b"\r\n\0"
 
+
 # field_lines in C (gateway/_http/_heads.c) where it was built: one pass over the head,
 # a few hundred instructions where the Python version below takes about 2,500 a line.
-_native_field_lines: Callable[[bytes], bytes | None] | None = None
-try:
-    from gateway._http import _heads
-
+def _bound_field_lines() -> Callable[[bytes], bytes | None] | None:
+    try:
+        from gateway._http import _heads
+    except ImportError:
+        return None
     _heads.bind_fields(tuple(_FIELD_BITS), list(_FIELD_BITS).index(_REQUEST_ID))
-    _native_field_lines = _heads.field_lines
-except ImportError:
-    pass
+    return _heads.field_lines
+
+
+# Final: compiled, a C static rather than a look-up in the module's dict per call.
+_native_field_lines: Final = _bound_field_lines()
 NATIVE_FIELD_LINES = _native_field_lines is not None
 
 

@@ -107,18 +107,17 @@ __all__ = [
     "record",
 ]
 
-_SUCCESS = Outcome.SUCCESS
-_FAILURE = Outcome.FAILURE
-_NEUTRAL = Outcome.NEUTRAL
-_CANCELLED = Outcome.CANCELLED
+# Final: compiled, C statics rather than a look-up in the module's dict each.
+_SUCCESS: Final = Outcome.SUCCESS
+_FAILURE: Final = Outcome.FAILURE
+_NEUTRAL: Final = Outcome.NEUTRAL
+_CANCELLED: Final = Outcome.CANCELLED
 _HEDGE_WON = "gateway: a hedge attempt answered first"
 # The hedge went to the primary's own target (no other was left): the loss says
 # nothing about that target, so it is not charged for it.
 _HEDGE_WON_SAME_TARGET = "gateway: a hedge attempt on the same target answered first"
 _PRIMARY_WON = "gateway: the primary attempt answered first"
 _MAX_PLANS = 4096
-# Presigned heads a target keeps for relayed calls, by their members.
-_MAX_RELAY_HEADS = 256
 
 
 @dataclass(slots=True)
@@ -157,7 +156,7 @@ def _relay_head(
     members were seen this second builds no request and no signing key to find it.
     """
     signer = plan.signer
-    kept = plan.relay_heads.get(members)
+    kept = plan.relay_head_of(members)
     if kept is not None:
         agent, presigned = kept
         if agent == user_agent and signer.is_current(presigned):
@@ -166,10 +165,7 @@ def _relay_head(
     request = prepared(plan, operation, before_host, after_host, variant_pinned, b"")
     request.caller_agent = user_agent
     presigned = request.presigned()
-    heads = plan.relay_heads
-    if len(heads) >= _MAX_RELAY_HEADS:
-        heads.clear()  # members that change every call (an inference id) pile up otherwise
-    heads[members] = (user_agent, presigned)
+    plan.keep_relay_head(members, (user_agent, presigned))
     return presigned
 
 

@@ -147,6 +147,8 @@ class OperationPlan:
     """One operation over its runtime's lane, with what its calls check computed once."""
 
     __slots__ = (
+        "_last_members",
+        "_last_shape",
         "_order",
         "answer",
         "fresh",
@@ -195,6 +197,9 @@ class OperationPlan:
         self.answer = answer_of(operation)
         # A member tuple -> its headers and key fields (the call reads it, then shape()).
         self.shapes: dict[tuple[object, ...], _Shape] = {}
+        # The tuple last found there, and its shape: see shape_of.
+        self._last_members: tuple[object, ...] | None = None
+        self._last_shape: _Shape | None = None
         # How a typed method's values go into this model's tuple. One typed method calls
         # each operation, always with the same names tuple: an identity test, no lookup.
         self._order: MemberOrder | None = None
@@ -212,6 +217,21 @@ class OperationPlan:
         if order is None or order.names is not names:
             order = self._order = MemberOrder(self.operation, names)
         return order.place(values)
+
+    def shape_of(self, members: tuple[object, ...]) -> _Shape:
+        """:meth:`shape`, the last tuple remembered found by identity: a relay hands the
+        same tuple again while its values repeat (``SidecarApp._members``), and a
+        tuple's hash and comparison, a dict look-up, cost about 900 instructions."""
+        if members is self._last_members:
+            last = self._last_shape
+            if last is not None:
+                return last
+        shape = self.shapes.get(members)
+        if shape is None:
+            return self.shape(members)
+        self._last_members = members
+        self._last_shape = shape
+        return shape
 
     def shape(self, members: tuple[object, ...]) -> _Shape:
         """The call's request headers (before and after ``host``) and cache-key fields."""
@@ -231,6 +251,8 @@ class OperationPlan:
         if len(self.shapes) >= _MAX_SHAPES:
             self.shapes.clear()
         self.shapes[members] = shape
+        self._last_members = members
+        self._last_shape = shape
         return shape
 
     def pinned(self, members: tuple[object, ...]) -> bool:

@@ -165,10 +165,7 @@ async def invoke(
         else:
             check_timeout(timeout)
         payload = payload_bytes(body, plan.limit, plan.name)
-        shape = plan.shapes.get(members)
-        if shape is None:
-            shape = plan.shape(members)
-        before_host, after_host, key_fields = shape
+        before_host, after_host, key_fields = plan.shape_of(members)
         place = plan.model
         found = None if place < 0 else members[place]
         model = None if found is None else str(found)
@@ -301,10 +298,8 @@ def relay(
     emit = ctx.emit
     if timeout is None:
         timeout = route.timeout_s or ctx.default_timeout
-    shape = plan.shapes.get(members)
     try:
-        if shape is None:
-            shape = plan.shape(members)
+        shape = plan.shape_of(members)
         agent = None if user_agent is None else ctx.caller_agent(user_agent)
     except errors.GatewayError:
         return None  # a member or agent refused: invoke's path answers it

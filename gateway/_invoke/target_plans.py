@@ -36,10 +36,15 @@ from gateway.routing._config import parse_routes
 __all__ = ["TargetPlan", "TargetPlanner", "router_takes"]
 
 
+# Presigned heads a target keeps for relayed calls, by their members.
+_MAX_RELAY_HEADS: Final = 256
+
+
 class TargetPlan:
     """Everything about one target computed once: where, which paths, which signer."""
 
     __slots__ = (
+        "_last_relay",
         "endpoint",
         "host",
         "origin",
@@ -70,6 +75,28 @@ class TargetPlan:
         # A relayed call's members -> (its caller's user agent, its presigned head): see
         # gateway._invoke.call's _relay_head.
         self.relay_heads: dict[tuple[object, ...], tuple[str | None, PresignedHead]] = {}
+        # The members last found or kept there, and what they found: see relay_head_of.
+        self._last_relay: tuple[tuple[object, ...], tuple[str | None, PresignedHead]] | None = None
+
+    def relay_head_of(self, members: tuple[object, ...]) -> tuple[str | None, PresignedHead] | None:
+        """``relay_heads.get(members)``, the last tuple found by identity: a relay hands
+        the same tuple again while its values repeat (``SidecarApp._members``)."""
+        last = self._last_relay
+        if last is not None and last[0] is members:
+            return last[1]
+        kept = self.relay_heads.get(members)
+        if kept is not None:
+            self._last_relay = (members, kept)
+        return kept
+
+    def keep_relay_head(
+        self, members: tuple[object, ...], kept: tuple[str | None, PresignedHead]
+    ) -> None:
+        heads = self.relay_heads
+        if len(heads) >= _MAX_RELAY_HEADS:
+            heads.clear()  # members that change every call (an inference id) pile up otherwise
+        heads[members] = kept
+        self._last_relay = (members, kept)
 
     def path_of(self, operation: Operation) -> tuple[str, str]:
         """The request path of ``operation`` on this target, and its signing prefix."""

@@ -27,12 +27,10 @@ __all__ = [
 ]
 
 # The route or target label of a name that is not configured.
-UNCONFIGURED = "unconfigured"
+UNCONFIGURED: Final = "unconfigured"
 DEFAULT_LABEL_CAP = 100
 _INF = float("inf")
 _BOUNDS = (*LATENCY_BUCKETS_S, _INF)
-# Final: compiled, a constant rather than a look-up in another module's globals.
-_LATENCY_BOUNDS: Final[tuple[float, ...]] = LATENCY_BUCKETS_S
 _BOUND_LABELS = tuple("+Inf" if bound == _INF else repr(bound) for bound in _BOUNDS)
 
 _Key = TypeVar("_Key")
@@ -70,15 +68,58 @@ def bucket_of(seconds: float) -> int:
     """``bisect_left(LATENCY_BUCKETS_S, seconds)``: the index of the first bound at or
     above ``seconds``; the +Inf bucket's past the last.
 
-    Compiled, a loop over the few bounds below a typical latency costs less than
-    the generic call into ``bisect`` (three per relayed request).
+    The bounds are written out (tests/gateway/observe pins them to ``LATENCY_BUCKETS_S``):
+    compiled, each is a comparison of two C doubles, where a loop over the tuple
+    unboxes every bound it passes (about 450 instructions an observation, three a
+    relayed request).
     """
-    index = 0
-    for bound in _LATENCY_BOUNDS:
-        if seconds <= bound:
-            return index
-        index += 1
-    return index
+    if seconds <= 0.0001:
+        return 0
+    if seconds <= 0.00025:
+        return 1
+    if seconds <= 0.0005:
+        return 2
+    if seconds <= 0.00075:
+        return 3
+    if seconds <= 0.001:
+        return 4
+    if seconds <= 0.0015:
+        return 5
+    if seconds <= 0.002:
+        return 6
+    if seconds <= 0.003:
+        return 7
+    if seconds <= 0.004:
+        return 8
+    if seconds <= 0.005:
+        return 9
+    if seconds <= 0.0075:
+        return 10
+    if seconds <= 0.01:
+        return 11
+    if seconds <= 0.015:
+        return 12
+    if seconds <= 0.02:
+        return 13
+    if seconds <= 0.03:
+        return 14
+    if seconds <= 0.05:
+        return 15
+    if seconds <= 0.1:
+        return 16
+    if seconds <= 0.25:
+        return 17
+    if seconds <= 0.5:
+        return 18
+    if seconds <= 1.0:
+        return 19
+    if seconds <= 2.5:
+        return 20
+    if seconds <= 5.0:
+        return 21
+    if seconds <= 10.0:
+        return 22
+    return 23
 
 
 class Histogram:

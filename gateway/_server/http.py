@@ -36,6 +36,7 @@ from typing import Any, cast
 
 from gateway._server.messages import (
     AbortConnection,
+    Answered,
     BodyLimits,
     Handler,
     HeadCheck,
@@ -56,6 +57,7 @@ from gateway._server.parsing import (
     _WAIT_FIRST,
     ReaderOwner,
     RequestReader,
+    ServerSettings,
 )
 from gateway._server.writing import ResponseWriter, logger, simple_response
 
@@ -85,6 +87,10 @@ class _Awaited:
         self.answer = answer
 
 
+def _answered_nowhere(request: Request, answer: Response | Awaitable[Response]) -> None:
+    """A closed connection's relay callback: no relay takes its requests any more."""
+
+
 class _Connection(ReaderOwner):
     """One client connection: an ``asyncio.Protocol`` by its methods.
 
@@ -103,6 +109,7 @@ class _Connection(ReaderOwner):
         "_queue",
         "_queued_bytes",
         "_reader",
+        "_relayed_to",
         "_server",
         "_serving",
         "_transport",
@@ -125,6 +132,9 @@ class _Connection(ReaderOwner):
         self._serving = False  # the worker has a request (or a refusal) to answer
         self._reader = RequestReader(server, self)
         self._writer = ResponseWriter(server.loop, server.server_line)
+        # The bound method handed to the relay with each request it takes, made once
+        # (not per request); a cycle, broken at close as the reader's is.
+        self._relayed_to: Answered = self._relayed
 
     # asyncio.Protocol ------------------------------------------------------
 
@@ -177,6 +187,7 @@ class _Connection(ReaderOwner):
         self._writer.connection_lost()
         self._transport = None
         self._reader.release()
+        self._relayed_to = _answered_nowhere  # (a relay's call holds the bound method itself)
 
     # request queue ---------------------------------------------------------
 
@@ -193,7 +204,7 @@ class _Connection(ReaderOwner):
                 relay is not None
                 and isinstance(item, Request)
                 and not self._queue
-                and relay.take(item, self._relayed)
+                and relay.take(item, self._relayed_to)
             )
             if taken:
                 return
@@ -452,16 +463,14 @@ class _Connection(ReaderOwner):
 # -- server -----------------------------------------------------------------
 
 
-class Server:
+class Server(ServerSettings):
     """A listening server; build it with :func:`start_server`."""
 
     def __init__(
         self, handler: Handler, limits: ServerLimits, head_check: HeadCheck | None = None
     ) -> None:
+        super().__init__(asyncio.get_running_loop(), limits, head_check)
         self.handler = handler
-        self.head_check = head_check
-        self.limits = limits
-        self.loop = asyncio.get_running_loop()
         self.closing = False
         # Set while the owner drains: every answer says "Connection: close", so
         # clients reconnect (elsewhere) instead of reusing this connection.
@@ -471,8 +480,6 @@ class Server:
         self.on_reject: Callable[[int, str], None] | None = None
         # Answers what it can from the protocol callbacks (see Relay); None: the handler all.
         self.relay: Relay | None = None
-        # Per-path body limits under limits.max_body_size, and their refusals.
-        self.body_limits: BodyLimits | None = None
         self.server_line = f"server: {limits.server_header}\r\n" if limits.server_header else ""
         self._connections: set[_Connection] = set()
         self._aio_server: asyncio.Server | None = None

@@ -9,7 +9,7 @@ builds :class:`Request` objects and hands them to the connection, and pauses
 reading while the connection says so (requests wait, or the peer is not
 reading its answers). It knows nothing of how answers are written
 (:mod:`gateway._server.writing`), and sees its server and its connection only
-through :class:`_ServerView` and :class:`ReaderOwner`, so it imports neither.
+through :class:`ServerSettings` and :class:`ReaderOwner`, so it imports neither.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Final, Protocol
+from typing import Final
 
 import httptools
 
@@ -90,17 +90,22 @@ _REPEATED_VALUES: Final = (
 # A read that is exactly one plain request, in one pass in C (_request_heads.c) where it
 # was built, rather than through llhttp's callbacks (see RequestReader._plain_request).
 _PlainRequest = tuple[str, str, dict[str, str], bytes]
-_native_plain_request: Callable[[bytes, int, int, int], _PlainRequest | None] | None = None
-try:
-    from gateway._server import _request_heads
 
+
+def _bound_plain_request() -> Callable[[bytes, int, int, int], _PlainRequest | None] | None:
+    try:
+        from gateway._server import _request_heads
+    except ImportError:
+        return None
     # The names' strings the callbacks use, so that both paths share them; and the
     # names whose values a client repeats from request to request, whose last value is
     # shared (never a credential's, a signature's or a per-request id's).
     _request_heads.bind_names(_LOWER_NAMES, _REPEATED_VALUES)
-    _native_plain_request = _request_heads.plain_request
-except ImportError:
-    pass
+    return _request_heads.plain_request
+
+
+# Final: compiled, a C static rather than a look-up in the module's dict per call.
+_native_plain_request: Final = _bound_plain_request()
 
 # The end of an HTTP/1.1 request line, from the space after its target.
 _HTTP_1_1_LINE_END: Final = b" HTTP/1.1\r\n"
@@ -133,24 +138,27 @@ def _unsupported_version(version: str) -> _Reject:
     return _Reject(505, f"HTTP/{version} is not supported: use HTTP/1.1")
 
 
-class _ServerView(Protocol):
-    """What a reader reads of its server (:class:`gateway._server.http.Server`).
+class ServerSettings:
+    """What a reader reads of its server (:class:`gateway._server.http.Server` derives
+    from it): the server's own fields.
 
-    A protocol: compiled, an attribute read through it costs a little more than
-    a native one, and a request reads two (``limits`` and ``loop`` are kept).
+    A base class rather than a protocol: compiled, each read is a native field's
+    (a request reads the head check and the body limits); through a protocol each
+    was a generic attribute look-up. ``body_limits`` is set after the server
+    listens, so readers read it here rather than keep a copy.
     """
 
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop: ...
-
-    @property
-    def limits(self) -> ServerLimits: ...
-
-    @property
-    def body_limits(self) -> BodyLimits | None: ...
-
-    @property
-    def head_check(self) -> HeadCheck | None: ...
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        limits: ServerLimits,
+        head_check: HeadCheck | None,
+    ) -> None:
+        self.loop = loop
+        self.limits = limits
+        self.head_check = head_check
+        # Per-path body limits under limits.max_body_size, and their refusals.
+        self.body_limits: BodyLimits | None = None
 
 
 class ReaderOwner:
@@ -240,7 +248,7 @@ class RequestReader:
         "reading_paused",
     )
 
-    def __init__(self, server: _ServerView, connection: ReaderOwner) -> None:
+    def __init__(self, server: ServerSettings, connection: ReaderOwner) -> None:
         self._server = server
         self._limits = server.limits  # fixed for the server's life
         self._loop = server.loop
@@ -370,8 +378,10 @@ class RequestReader:
         limits = self._limits
         largest = limits.max_body_size
         body_limits = self._server.body_limits
-        if body_limits is not None and body_limits.floor < largest:
-            largest = body_limits.floor  # a larger body: its path's limit, llhttp's path
+        if body_limits is not None:
+            floor = body_limits.floor
+            if floor < largest:
+                largest = floor  # a larger body: its path's limit, llhttp's path
         read = native(data, limits.max_header_size, limits.max_headers, largest)
         if read is None:
             return False

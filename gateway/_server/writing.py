@@ -58,13 +58,16 @@ def _status_line(status: int) -> str:
 
 
 # A relay's answer in one C copy (_request_heads.c) where it was built (see _copied_answer).
-_native_copied_answer: Callable[[bytes, bytes, bytes, bytes, bytes], bytes] | None = None
-try:
-    from gateway._server import _request_heads
+def _bound_copied_answer() -> Callable[[bytes, bytes, bytes, bytes, bytes], bytes] | None:
+    try:
+        from gateway._server import _request_heads
+    except ImportError:
+        return None
+    return _request_heads.copied_answer
 
-    _native_copied_answer = _request_heads.copied_answer
-except ImportError:
-    pass
+
+# Final: compiled, a C static rather than a look-up in the module's dict per call.
+_native_copied_answer: Final = _bound_copied_answer()
 
 # The status lines of answers written from bytes (see _copied_answer), by status.
 _STATUS_LINE_BYTES: Final[dict[int, bytes]] = {}

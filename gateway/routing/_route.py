@@ -33,6 +33,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Collection, Sequence
+from typing import Final
 
 from ._affinity import _Ranker
 from ._config import RouteConfig
@@ -47,9 +48,10 @@ Clock = Callable[[], float]
 # the target (whose ``state`` says which it was). Rare, so a plain callable.
 HealthObserver = Callable[["Route", TargetState], None]
 
-_INV_TAU = INV_TAU
+# Final: compiled, C statics (or inlined literals) rather than a module look-up each.
+_INV_TAU: Final = INV_TAU
 # Latency samples are clamped so 0.0 can mean "never sampled".
-_MIN_SAMPLE_S = 1e-6
+_MIN_SAMPLE_S: Final = 1e-6
 # Cost of each in-flight request on a never-sampled target: a new target
 # costs 0 while idle (so it is tried at once) and a lot while its first
 # request is out (so it is not flooded before we know how fast it is).
@@ -67,12 +69,11 @@ _FULL_SCAN_MAX = 4
 _WARMUP_SAMPLES_PER_HEDGE = 5
 _WARMUP_REFRESH_S = 0.1
 
-_HEALTHY = TargetHealth.HEALTHY
-_EJECTED = TargetHealth.EJECTED
-_PROBING = TargetHealth.PROBING
-_SUCCESS = Outcome.SUCCESS
-_FAILURE = Outcome.FAILURE
-_exp = math.exp
+_HEALTHY: Final = TargetHealth.HEALTHY
+_EJECTED: Final = TargetHealth.EJECTED
+_PROBING: Final = TargetHealth.PROBING
+_SUCCESS: Final = Outcome.SUCCESS
+_FAILURE: Final = Outcome.FAILURE
 
 
 def _cost(state: TargetState, now: float) -> float:
@@ -89,7 +90,7 @@ def _cost(state: TargetState, now: float) -> float:
     if outstanding:
         load = ewma * (outstanding + 1) if ewma else outstanding * _UNSAMPLED_PENALTY_S
     elif ewma:
-        load = ewma * _exp((state._stamp - now) * _INV_TAU)
+        load = ewma * math.exp((state._stamp - now) * _INV_TAU)
     else:
         load = 0.0
     return load * state._inv_weight
@@ -233,7 +234,7 @@ def _least_cost(candidates: Sequence[TargetState], now: float) -> TargetState:
         if outstanding:
             load = ewma * (outstanding + 1) if ewma else outstanding * _UNSAMPLED_PENALTY_S
         elif ewma:
-            load = ewma * _exp((state._stamp - now) * _INV_TAU)
+            load = ewma * math.exp((state._stamp - now) * _INV_TAU)
         else:
             load = 0.0
         cost = load * state._inv_weight
@@ -263,6 +264,7 @@ class Route:
         "_levels",
         "_max_out",
         "_mme_preferred",
+        "_name",
         "_next_hedge_refresh",
         "_next_wake",
         "_observer",
@@ -272,6 +274,7 @@ class Route:
         "_retry_budget",
         "_sole",
         "_targets",
+        "_timeout_s",
         "_window_s",
         "hedging",
         "routers",
@@ -287,6 +290,9 @@ class Route:
         observer: HealthObserver | None = None,
     ) -> None:
         self._config = config
+        # Read per call: native fields, where the config (a dataclass) is read by name.
+        self._name = config.name
+        self._timeout_s = None if config.timeout_ms is None else config.timeout_ms / 1000.0
         self._clock = clock
         self._observer = observer
         self._random = (rng if rng is not None else random.Random()).random
@@ -346,7 +352,7 @@ class Route:
 
     @property
     def name(self) -> str:
-        return self._config.name
+        return self._name
 
     @property
     def config(self) -> RouteConfig:
@@ -358,8 +364,7 @@ class Route:
 
     @property
     def timeout_s(self) -> float | None:
-        timeout_ms = self._config.timeout_ms
-        return None if timeout_ms is None else timeout_ms / 1000.0
+        return self._timeout_s
 
     @property
     def retry_budget(self) -> RetryBudget:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 import math
+from typing import Final
 
 from ._config import EjectionConfig, Target
 
@@ -14,14 +15,13 @@ __all__ = ["INV_TAU", "Outcome", "TargetHealth", "TargetState"]
 
 # Peak-EWMA time constant (Finagle and Linkerd use 10 s).
 _TAU_S = 10.0
-INV_TAU = 1.0 / _TAU_S
+INV_TAU: Final = 1.0 / _TAU_S  # Final: compiled, a C static, not a module look-up
 # A failure counts as a sample at least this many times the current EWMA (and
 # the route's fastest answering target's, see Route.finish), so traffic drains
 # from a failing target before ejection kicks in; capped so a long failure
 # streak cannot push the cost to infinity.
 _FAILURE_PENALTY = 2.0
 _MAX_EWMA_S = 60.0
-_exp = math.exp
 
 
 class Outcome(enum.Enum):
@@ -162,7 +162,7 @@ class TargetState:
         if elapsed >= ewma:
             self._ewma = elapsed  # the "peak" in peak EWMA: rise at once
         else:
-            weight = _exp((self._stamp - now) * INV_TAU)
+            weight = math.exp((self._stamp - now) * INV_TAU)
             self._ewma = ewma * weight + elapsed * (1.0 - weight)
         self._stamp = now
         self._consecutive_failures = 0

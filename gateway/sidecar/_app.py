@@ -149,6 +149,8 @@ class SidecarApp:
         self._header_roles: dict[int, tuple[Operation, dict[str, int]]] = {}
         self._roles_operation: Operation | None = None
         self._roles: dict[str, int] = {}
+        # The members tuple last returned: handed again while its values repeat.
+        self._last_members: tuple[object, ...] = ()
         self._default_timeout = (
             config.default_timeout_ms / 1000 if config.default_timeout_ms is not None else None
         )
@@ -440,7 +442,25 @@ class SidecarApp:
                 cache = "no-cache" not in directives and "no-store" not in directives
             else:
                 raise _BadRequest(f"header {header} is not supported by this operation")
-        return tuple(values), timeout, cache, user_agent
+        return self._same_members(values), timeout, cache, user_agent
+
+    def _same_members(self, values: list[object]) -> tuple[object, ...]:
+        """``values`` as a tuple: the last one returned where each value is the same object.
+
+        The request scan hands a repeated header value as the same ``str`` each time
+        (parsing's kept values), so a client that repeats its call gets one tuple: the
+        plans find its shape and presigned head by identity, with no tuple hashed or
+        compared. Identical objects are equal, so the tuple is always the call's own.
+        """
+        last = self._last_members
+        if len(last) == len(values):
+            for index, value in enumerate(values):
+                if value is not last[index]:
+                    break
+            else:
+                return last
+        members = self._last_members = tuple(values)
+        return members
 
     def _header_roles_of(self, operation: Operation) -> dict[str, int]:
         kept = self._header_roles.get(id(operation))
@@ -645,7 +665,7 @@ class RelayLane(Relay):
             members,
             timeout,
             agent,
-            relayed.done,
+            relayed,
             started,
         )
         if call is None:
@@ -731,7 +751,9 @@ class _Relayed:
         self.name = name
         self.started = started
 
-    def done(self, answer: AnswerWaiter) -> None:
+    def __call__(self, answer: AnswerWaiter) -> None:
+        """The call's attempt is done (its ``then``): the object is its own callback,
+        with no bound method made for each request."""
         call = self.call
         if call is not None:  # (always, once the lane has taken the request)
             self.call = None  # answered once, and no cycle left through it

@@ -42,7 +42,7 @@ Ir                   file:function
    20,000 ( 2.00%)  /build/__native__route.c:CPyDef__route___Route___pick [/x/hot.so]
    10,000 ( 1.00%)  /build/__native_deadlines.c:CPyDef_deadlines___DeadlineWheel___arm [/x/hot.so]
   400,000 (40.00%)  c.c:CPyDef_connection___Connection___data_received [/x/hot.so]
-  350,000 (35.00%)  /build/__native__app.c:CPyDef__app____Relayed___done [/x/hot.so]
+  350,000 (35.00%)  /build/__native__app.c:CPyDef__app____Relayed_____call__ [/x/hot.so]
   150,000 (15.00%)  /build/__native__app.c:CPyDef__app____relayed_response [/x/hot.so]
    40,000 ( 4.00%)  /build/__native__metrics.c:CPyDef__metrics___SidecarMetrics___record [/x/hot.so]
 """
@@ -63,7 +63,7 @@ def test_parts_nested_in_the_relay_lane_are_counted_once() -> None:
 
 def test_without_the_relay_lane_its_parts_are_nothing() -> None:
     handler_only = "\n".join(line for line in _INCLUSIVE.splitlines() if "RelayLane" not in line)
-    handler_only = handler_only.replace("_Relayed___done", "_invocation")
+    handler_only = handler_only.replace("_Relayed_____call__", "_invocation")
     parts = parts_of(handler_only, 1000)
     assert parts["relay lane: the call started and sent (its other steps)"] == 0
     assert parts["relay lane: the answer (its other steps)"] == 0

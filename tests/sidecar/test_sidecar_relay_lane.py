@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from gateway import Gateway
+from gateway._invoke.api import INVOKE
 from gateway._observe.events import Event
 from gateway._observe.hooks import Hook
 from gateway._server.http import AbortConnection, Request, Response, Server, start_server
@@ -432,3 +433,62 @@ async def test_with_a_prediction_cache_the_handler_answers_every_request() -> No
     assert first.content == second.content == b"same"
     assert second.headers["x-gateway-cache"] == "near"
     assert upstream.seen == [b"same"]
+
+
+async def test_a_repeated_call_gets_one_members_tuple_and_a_changed_one_its_own() -> None:
+    """``_members`` hands the last tuple again only where every value is the same object."""
+    model = "m.tar.gz"
+    async with running() as (_, sidecar, _client):
+        members = sidecar.app._members
+        first, *_ = members({"content-type": "a/b", "x-amzn-sagemaker-target-model": model}, INVOKE)
+        again, *_ = members({"content-type": "a/b", "x-amzn-sagemaker-target-model": model}, INVOKE)
+        assert again is first  # ("a/b" is one constant: the same object both times)
+        other = "".join(["m.", "tar.gz"])  # equal, another object: a new, equal tuple
+        equal, *_ = members({"content-type": "a/b", "x-amzn-sagemaker-target-model": other}, INVOKE)
+        assert equal == first and equal is not first
+        changed, *_ = members(
+            {"content-type": "a/c", "x-amzn-sagemaker-target-model": model}, INVOKE
+        )
+        assert changed != first
+        assert changed[INVOKE.index("ContentType")] == "a/c"
+        fewer, *_ = members({"content-type": "a/c"}, INVOKE)
+        assert fewer[INVOKE.index("TargetModel")] is None
+
+
+async def test_alternating_target_models_each_reach_their_own_model_signed() -> None:
+    """Repeated values are shared objects, so a repeated call's members are one tuple and
+    its shape and presigned head are found by identity: each call still goes out with
+    its own target model, under a signature the upstream verifies."""
+    verifier = SigV4Verifier({"AK": "SK"}, region="us-east-1")
+    refused: list[str] = []
+
+    def by_model(request: Request, n: int) -> Response:
+        try:
+            verifier.verify(request)
+        except SigV4Rejected as error:
+            refused.append(f"{n}: {error}")
+            return Response(403, [("x-amzn-RequestId", "r")], b"refused")
+        model = request.headers.get("x-amzn-sagemaker-target-model", "-")
+        return Response(200, [("x-amzn-RequestId", "r"), ("Content-Type", "a/b")], model.encode())
+
+    models = [
+        "a.tar.gz",
+        "a.tar.gz",
+        "b.tar.gz",
+        "a.tar.gz",
+        "b.tar.gz",
+        "b.tar.gz",
+        "-",
+        "a.tar.gz",
+    ]
+    async with running(by_model) as (_, sidecar, client):
+        answers = []
+        for model in models:
+            headers = {"Content-Type": "a/b"}
+            if model != "-":
+                headers["X-Amzn-SageMaker-Target-Model"] = model
+            answers.append(await client.post(_INVOKE.format("ep"), content=b"x", headers=headers))
+        lane = _lane(sidecar)
+        assert lane is not None and lane.taken == len(models) - 1
+    assert refused == []
+    assert [(a.status_code, a.content.decode()) for a in answers] == [(200, m) for m in models]
