@@ -6,6 +6,7 @@
     python -m bench.sidecar_load --workers 2          # the same, from the load benchmark
     python -m bench.sidecar_workers --wrk 2 --concurrency 64       # wrk drives, 2 threads
     python -m bench.sidecar_workers --workers 16 --wrk 8 --stub-processes 8 --concurrency 512
+    python -m bench.sidecar_workers --wrk 1 --cpu-per-worker 0.4   # each worker a 0.4-CPU core
 
 Processes: the fast local stub (``bench._stub``), two sidecars started
 side by side (``python -m gateway sidecar``: one with a single worker, one
@@ -22,6 +23,12 @@ it competes with the workers, so the ratio measured here is a floor.
 -y wrk``), as many threads as it needs, and ``--stub-processes N`` runs N
 stub processes on one port, so that neither the load nor the upstream
 caps what N workers can do (on a large host: see docs/explanation/sidecar-cost.md).
+
+``--cpu-per-worker CPUS`` (Linux, root) puts each serving process in a cgroup of
+its own allowed that many CPUs: every worker is then a core of that size, and
+the load generator and the stub keep the rest of the machine. On a host with
+few cores that measures N workers' scaling with a load that is not the
+bottleneck; the workers' cores are smaller rather than shared with it.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench._cpu_share import CpuShares, CpuSharesUnavailable
 from bench._stub import StubServer
 from bench.sidecar_load import _Client, build_request, cpu_split, sidecar_config
 from gateway.sidecar import SidecarProcess
@@ -67,6 +75,12 @@ def tree_cpu_split(pid: int) -> tuple[float, float]:
             user += child_user
             system += child_system
     return user, system
+
+
+def serving_pids(sidecar: SidecarProcess) -> list[int]:
+    """The processes that serve: a supervisor's workers, or the sidecar itself."""
+    children = Path(f"/proc/{sidecar.pid}/task/{sidecar.pid}/children").read_text().split()
+    return [int(child) for child in children] or [sidecar.pid]
 
 
 def _wrk_round(
@@ -184,6 +198,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--stub-processes", type=int, default=1, help="stub processes sharing its port"
     )
+    parser.add_argument(
+        "--cpu-per-worker",
+        type=float,
+        metavar="CPUS",
+        help="each worker in a cgroup of its own, allowed this many CPUs (Linux, root)",
+    )
     args = parser.parse_args(argv)
     if args.concurrency is None:
         args.concurrency = 16 if args.quick else 64
@@ -201,7 +221,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.wrk and shutil.which("wrk") is None:
         print("wrk is not installed (apt-get install -y wrk)", file=sys.stderr)
         return 2
-    with StubServer(processes=args.stub_processes) as stub:
+    shares = contextlib.nullcontext()
+    if args.cpu_per_worker is not None:
+        try:
+            shares = CpuShares()
+        except CpuSharesUnavailable as error:
+            print(f"--cpu-per-worker: {error}", file=sys.stderr)
+            return 2
+    with shares, StubServer(processes=args.stub_processes) as stub:
         config = sidecar_config(stub.url)
         config["sidecar"]["drain_s"] = 0
         single = SidecarProcess.start(config, "127.0.0.1:0", (*extra, "--workers", "1"), None)
@@ -210,6 +237,10 @@ def main(argv: list[str] | None = None) -> int:
                 config, "127.0.0.1:0", (*extra, "--workers", str(args.workers)), None
             )
             try:
+                if isinstance(shares, CpuShares):
+                    for pid in (*serving_pids(single), *serving_pids(multi)):
+                        shares.limit(pid, args.cpu_per_worker)
+                    print(f"each worker in a cgroup of {args.cpu_per_worker} CPU")
                 print(
                     f"stub {stub.url}; 1 worker {single.url}; {args.workers} workers {multi.url}; "
                     f"{args.concurrency} connections"

@@ -58,3 +58,30 @@ def test_sidecar_workers_driven_by_wrk_with_a_stub_of_two_processes() -> None:
     report = json.loads(result.stdout.splitlines()[-1])
     assert report["errors"] == 0
     assert all(one["requests"] > 0 and many["requests"] > 0 for one, many in report["rounds"])
+
+
+def test_sidecar_workers_with_a_cgroup_of_its_own_per_worker() -> None:
+    """``--cpu-per-worker``: each serving process limited in a cgroup, all undone after."""
+    from bench._cpu_share import CpuShares, CpuSharesUnavailable
+
+    try:
+        CpuShares().close()
+    except CpuSharesUnavailable as error:
+        if os.environ.get("CI") == "true":
+            pytest.fail(str(error))
+        pytest.skip(str(error))
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "bench.sidecar_workers", "--quick", "--json"),
+            *("--cpu-per-worker", "0.5"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "each worker in a cgroup of 0.5 CPU"
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["errors"] == 0
+    assert all(one["requests"] > 0 and many["requests"] > 0 for one, many in report["rounds"])
