@@ -69,6 +69,12 @@ class CpuShares:
             )
         self._root = root
 
+    @property
+    def root(self) -> Path:
+        """The hierarchy's root the groups are made in."""
+        assert self._root is not None
+        return self._root
+
     def limit(self, pid: int, cpus: float) -> Path:
         """Move ``pid`` (all its threads) into a new group allowed ``cpus`` CPUs; its path."""
         most = os.cpu_count() or 1

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -37,27 +38,35 @@ def test_sidecar_workers_quick_output_is_well_formed() -> None:
     assert all(one["requests"] > 0 and many["requests"] > 0 for one, many in report["rounds"])
 
 
-def test_sidecar_workers_driven_by_wrk_with_a_stub_of_two_processes() -> None:
-    if shutil.which("wrk") is None:
-        message = "wrk not found: apt-get install -y wrk (.ci/run does)"
+def _needs(found: bool, message: str) -> None:
+    """Skip without ``found`` on a developer's machine; fail in CI, which provides it."""
+    if not found:
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
+
+
+def _workers_report(*options: str) -> tuple[list[str], dict[str, Any]]:
+    """``bench.sidecar_workers --quick --json`` with ``options``: its lines and its report."""
     result = subprocess.run(
-        [
-            *(sys.executable, "-m", "bench.sidecar_workers", "--quick", "--json"),
-            *("--wrk", "2", "--stub-processes", "2"),
-        ],
+        [sys.executable, "-m", "bench.sidecar_workers", "--quick", "--json", *options],
         capture_output=True,
         text=True,
         timeout=180,
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert ", wrk -t2, 2 stub processes" in result.stdout.splitlines()[0]
-    report = json.loads(result.stdout.splitlines()[-1])
+    lines = result.stdout.splitlines()
+    report = json.loads(lines[-1])
     assert report["errors"] == 0
     assert all(one["requests"] > 0 and many["requests"] > 0 for one, many in report["rounds"])
+    return lines, report
+
+
+def test_sidecar_workers_driven_by_wrk_with_a_stub_of_two_processes() -> None:
+    _needs(shutil.which("wrk") is not None, "wrk not found: apt-get install -y wrk (.ci/run does)")
+    lines, _ = _workers_report("--wrk", "2", "--stub-processes", "2")
+    assert ", wrk -t2, 2 stub processes" in lines[0]
 
 
 def test_sidecar_workers_with_a_cgroup_of_its_own_per_worker() -> None:
@@ -65,23 +74,12 @@ def test_sidecar_workers_with_a_cgroup_of_its_own_per_worker() -> None:
     from bench._cpu_share import CpuShares, CpuSharesUnavailable
 
     try:
-        CpuShares().close()
+        with CpuShares() as shares:
+            root = shares.root
     except CpuSharesUnavailable as error:
-        if os.environ.get("CI") == "true":
-            pytest.fail(str(error))
-        pytest.skip(str(error))
-    result = subprocess.run(
-        [
-            *(sys.executable, "-m", "bench.sidecar_workers", "--quick", "--json"),
-            *("--cpu-per-worker", "0.5"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[0] == "each worker in a cgroup of 0.5 CPU"
-    report = json.loads(result.stdout.splitlines()[-1])
-    assert report["errors"] == 0
-    assert all(one["requests"] > 0 and many["requests"] > 0 for one, many in report["rounds"])
+        _needs(False, str(error))
+    lines, _ = _workers_report("--cpu-per-worker", "0.5")
+    assert lines[0] == "each worker in a cgroup of 0.5 CPU"
+    # The run's groups are named after its process: none is left behind.
+    left = [group.name for group in root.glob("gateway-bench-*") if group.is_dir()]
+    assert [name for name in left if not name.startswith("gateway-bench-test")] == []
