@@ -50,7 +50,9 @@ def _v1_root() -> Path | None:
 
 @dataclass
 class CpuShares:
-    """Groups made by :meth:`limit`, undone (processes moved back, groups removed) on close."""
+    """Groups made by :meth:`limit`, undone on close: their processes moved to the
+    hierarchy's root group (where a process on a host without cgroup managers starts),
+    the groups removed."""
 
     prefix: str = "gateway-bench"
     _groups: list[Path] = field(default_factory=list)

@@ -44,7 +44,8 @@ class TargetPlan:
     """Everything about one target computed once: where, which paths, which signer."""
 
     __slots__ = (
-        "_last_relay",
+        "_last_relay_head",
+        "_last_relay_members",
         "endpoint",
         "host",
         "origin",
@@ -76,17 +77,18 @@ class TargetPlan:
         # gateway._invoke.call's _relay_head.
         self.relay_heads: dict[tuple[object, ...], tuple[str | None, PresignedHead]] = {}
         # The members last found or kept there, and what they found: see relay_head_of.
-        self._last_relay: tuple[tuple[object, ...], tuple[str | None, PresignedHead]] | None = None
+        self._last_relay_members: tuple[object, ...] | None = None
+        self._last_relay_head: tuple[str | None, PresignedHead] | None = None
 
     def relay_head_of(self, members: tuple[object, ...]) -> tuple[str | None, PresignedHead] | None:
         """``relay_heads.get(members)``, the last tuple found by identity: a relay hands
         the same tuple again while its values repeat (``SidecarApp._members``)."""
-        last = self._last_relay
-        if last is not None and last[0] is members:
-            return last[1]
+        if members is self._last_relay_members:
+            return self._last_relay_head
         kept = self.relay_heads.get(members)
         if kept is not None:
-            self._last_relay = (members, kept)
+            self._last_relay_members = members
+            self._last_relay_head = kept
         return kept
 
     def keep_relay_head(
@@ -96,7 +98,8 @@ class TargetPlan:
         if len(heads) >= _MAX_RELAY_HEADS:
             heads.clear()  # members that change every call (an inference id) pile up otherwise
         heads[members] = kept
-        self._last_relay = (members, kept)
+        self._last_relay_members = members
+        self._last_relay_head = kept
 
     def path_of(self, operation: Operation) -> tuple[str, str]:
         """The request path of ``operation`` on this target, and its signing prefix."""
